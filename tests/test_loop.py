@@ -1,0 +1,361 @@
+"""run_agent() against SDK-shaped fakes: the message sequence and every stop-the-loop rule."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+import lesson_03_tool_calling_loop as lesson
+from lesson_03_tool_calling_loop import MAX_STEPS, AgentStop, fake_call, fake_response, run_fake
+
+RESULT_3720 = '{"status":"completed","result":3720}'
+
+
+def final(content="248 乘以 15 等于 3720。"):
+    return fake_response("stop", content=content)
+
+
+def calls(*tool_calls):
+    return fake_response("tool_calls", tool_calls=list(tool_calls))
+
+
+def test_happy_path_prints_the_articles_step_lines(capsys):
+    client = lesson.FakeClient(calls(fake_call("call_1")), final())
+    messages = []
+    answer = lesson.run_agent(client, "m", "帮我算一下 248 乘以 15", messages)
+    assert answer == "248 乘以 15 等于 3720。"
+    assert capsys.readouterr().out.splitlines() == [
+        "step 1: finish_reason=tool_calls",
+        f"step 1: multiply call_id=call_1 result={RESULT_3720}",
+        "step 2: finish_reason=stop",
+    ]
+    assert messages == [
+        {"role": "user", "content": "帮我算一下 248 乘以 15"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "multiply", "arguments": '{"a":248,"b":15}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": RESULT_3720},
+        {"role": "assistant", "content": "248 乘以 15 等于 3720。"},
+    ]
+
+
+def test_each_request_sends_only_model_messages_tools():
+    client = lesson.FakeClient(calls(fake_call("call_1")), final())
+    lesson.run_agent(client, "my-model", "q")
+    assert [set(r) for r in client.requests] == [{"model", "messages", "tools"}] * 2
+    assert all(r["model"] == "my-model" and r["tools"] == lesson.TOOLS for r in client.requests)
+    assert [m["role"] for m in client.requests[1]["messages"]] == ["user", "assistant", "tool"]
+
+
+def test_tools_schema_is_the_articles():
+    (tool,) = lesson.TOOLS
+    assert tool["type"] == "function" and tool["function"]["name"] == "multiply"
+    assert tool["function"]["parameters"] == {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    }
+
+
+@pytest.mark.parametrize("content", [None, "", "我来调用乘法工具。"])
+def test_content_beside_tool_calls_is_saved_as_a_string(content):
+    _, client, messages, _ = run_fake(
+        fake_response("tool_calls", content=content, tool_calls=[fake_call("call_1")]), final()
+    )
+    assert messages[1]["content"] == (content or "")
+    assert client.requests[1]["messages"][1]["content"] == (content or "")
+
+
+def test_parallel_calls_run_in_order_and_pair_by_id():
+    outcome, _, messages, lines = run_fake(
+        calls(fake_call("call_1"), fake_call("call_2", '{"a":6,"b":7}')), final("3720, 42")
+    )
+    assert outcome == "3720, 42"
+    tools = [m for m in messages if m["role"] == "tool"]
+    assert [(m["tool_call_id"], json.loads(m["content"])["result"]) for m in tools] == [
+        ("call_1", 3720),
+        ("call_2", 42),
+    ]
+    assert [line.split(" result=")[0] for line in lines[1:3]] == [
+        "step 1: multiply call_id=call_1",
+        "step 1: multiply call_id=call_2",
+    ]
+
+
+@pytest.mark.parametrize(
+    "call_id",
+    ["functions.multiply:0", "aB3dE5fG7", "chatcmpl-tool-9f1c", "0", "call__0_multiply_x"],
+)
+def test_provider_id_formats_are_echoed_unchanged(call_id):
+    _, client, _, _ = run_fake(calls(fake_call(call_id)), final())
+    sent = client.requests[1]["messages"]
+    assert sent[1]["tool_calls"][0]["id"] == call_id
+    assert sent[2]["tool_call_id"] == call_id
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"a":true,"b":15}', '{"a":"248","b":15}', '{"a":248.0,"b":15}', '{"a":1,"a":248,"b":15}', ""],
+)
+def test_bad_arguments_go_back_to_the_model_and_the_loop_continues(arguments):
+    outcome, client, messages, _ = run_fake(
+        calls(fake_call("call_1", arguments)), calls(fake_call("call_2")), final()
+    )
+    assert outcome == "248 乘以 15 等于 3720。"
+    assert len(client.requests) == 3
+    first_result = json.loads(client.requests[1]["messages"][2]["content"])
+    assert first_result["status"] == "error"
+    assert messages[4] == {"role": "tool", "tool_call_id": "call_2", "content": RESULT_3720}
+
+
+def test_unknown_tool_goes_back_to_the_model():
+    _, client, _, _ = run_fake(calls(fake_call("call_1", name="rm_rf")), final("不能这样做"))
+    result = json.loads(client.requests[1]["messages"][2]["content"])
+    assert result["status"] == "error" and "rm_rf" in result["message"]
+
+
+def odd_call(**fields):
+    base = {"id": "call_1", "type": "function", "function": fake_call("x").function}
+    base.update(fields)
+    return SimpleNamespace(**{k: v for k, v in base.items() if v is not MISSING})
+
+
+MISSING = object()
+
+STOP_CASES = {
+    "tool calls with length": (
+        fake_response("length", tool_calls=[fake_call("c", '{"a":2')]),
+        "Model",
+    ),
+    "tool calls with stop": (fake_response("stop", tool_calls=[fake_call("c")]), "Provider"),
+    "tool calls with content_filter": (
+        fake_response("content_filter", tool_calls=[fake_call("c")]),
+        "Provider",
+    ),
+    "tool calls with null reason": (fake_response(None, tool_calls=[fake_call("c")]), "Provider"),
+    "tool_calls reason, empty list": (fake_response("tool_calls", tool_calls=[]), "Provider"),
+    "tool_calls reason, no list": (fake_response("tool_calls", tool_calls=None), "Provider"),
+    "missing id": (calls(odd_call(id=MISSING)), "Provider"),
+    "null id": (calls(fake_call(None)), "Provider"),
+    "empty id": (calls(fake_call("")), "Provider"),
+    "numeric id": (calls(fake_call(7)), "Provider"),
+    "duplicate ids": (calls(fake_call("c1"), fake_call("c1", '{"a":6,"b":7}')), "Provider"),
+    "missing function": (calls(odd_call(function=MISSING)), "Provider"),
+    "null function": (calls(odd_call(function=None)), "Provider"),
+    "custom tool type": (calls(odd_call(type="custom")), "Provider"),
+    "function without arguments": (
+        calls(odd_call(function=SimpleNamespace(name="multiply"))),
+        "Provider",
+    ),
+    "second call unpairable": (calls(fake_call("call_1"), fake_call("")), "Provider"),
+    "tool_calls is not a list": (fake_response("tool_calls", tool_calls={"id": "c"}), "Provider"),
+    "final with length": (fake_response("length", content="248 乘以 15 等"), "Model"),
+    "final with content_filter": (fake_response("content_filter", content=""), "Provider"),
+    "no choices": (SimpleNamespace(choices=[]), "Provider"),
+    "choices is null": (SimpleNamespace(choices=None), "Provider"),
+    "choice without message": (
+        SimpleNamespace(choices=[SimpleNamespace(finish_reason="stop")]),
+        "Provider",
+    ),
+    "html page": ("<html><title>Welcome to nginx!</title></html>", "Provider"),
+    "http 200 error body": (SimpleNamespace(error={"message": "upstream down"}), "Provider"),
+}
+STOP_CASES.update(
+    {
+        f"final with {reason!r}": (fake_response(reason, content="3720"), "Provider")
+        for reason in [
+            "error",
+            "sensitive",
+            "network_error",
+            "eos",
+            "model_length",
+            "",
+            None,
+            "STOP",
+        ]
+    }
+)
+
+
+@pytest.mark.parametrize(("response", "link"), STOP_CASES.values(), ids=STOP_CASES.keys())
+def test_untrustworthy_responses_stop_the_loop_before_anything_runs(response, link):
+    outcome, client, messages, lines = run_fake(response)
+    assert isinstance(outcome, AgentStop)
+    assert (outcome.link, outcome.exit_code) == (link, lesson.EXIT_STOPPED)
+    assert outcome.reason.startswith("step 1: ")
+    assert outcome.last_ok == "step 1: 收到 HTTP 响应"
+    assert len(client.requests) == 1
+    assert messages == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
+    assert not any("call_id=" in line for line in lines)
+
+
+@pytest.mark.parametrize("reason", ["length", "eos", "", None, "sensitive"])
+def test_the_stop_line_names_the_finish_reason(reason):
+    outcome, _, _, lines = run_fake(fake_response(reason, content="x"))
+    assert json.dumps(reason) in outcome.reason
+    assert lines == [f"step 1: finish_reason={reason or json.dumps(reason)}"]
+
+
+def test_the_provider_message_of_a_choiceless_200_is_shown():
+    outcome, *_ = run_fake(SimpleNamespace(error={"message": "upstream down", "code": 502}))
+    assert "upstream down" in outcome.reason
+    outcome, *_ = run_fake("<html><head><title>Login - Web UI</title></head></html>")
+    assert "Login - Web UI" in outcome.reason
+
+
+def test_a_later_stop_reports_the_last_successful_event():
+    outcome, client, messages, _ = run_fake(calls(fake_call("call_1")), fake_response("length"))
+    assert outcome.reason.startswith("step 2: ")
+    assert outcome.last_ok == "step 2: 收到 HTTP 响应"
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+
+
+def test_max_steps_counts_requests_and_the_last_result_stays_local():
+    responses = [calls(fake_call(f"call_{n}")) for n in range(1, MAX_STEPS + 5)]
+    outcome, client, messages, lines = run_fake(*responses)
+    assert (outcome.link, outcome.reason) == ("Harness", "超过最大步骤数：8")
+    assert outcome.exit_code == lesson.EXIT_STOPPED
+    assert len(client.requests) == MAX_STEPS == 8
+    assert len(messages) == 1 + 2 * MAX_STEPS
+    assert messages[-1] == {"role": "tool", "tool_call_id": "call_8", "content": RESULT_3720}
+    assert "call_8" not in json.dumps(client.requests[-1]["messages"])
+    assert outcome.last_ok == "step 8: call_8 的 Tool Result 已写入历史"
+    assert lines[-1].startswith("step 8: multiply call_id=call_8")
+
+
+def test_a_final_answer_on_the_last_step_is_still_returned():
+    responses = [calls(fake_call(f"call_{n}")) for n in range(1, MAX_STEPS)] + [final("done")]
+    outcome, client, _, _ = run_fake(*responses)
+    assert outcome == "done" and len(client.requests) == MAX_STEPS
+
+
+def test_reasoning_content_is_echoed_and_other_private_fields_are_not():
+    first = calls(fake_call("call_1"))
+    message = first.choices[0].message
+    message.reasoning_content = "思考：需要调用乘法"
+    message.reasoning, message.refusal, message.audio = "私有推理", None, None
+    _, client, _, lines = run_fake(first, final())
+    echoed = client.requests[1]["messages"][1]
+    assert set(echoed) == {"role", "content", "tool_calls", "reasoning_content"}
+    assert echoed["reasoning_content"] == "思考：需要调用乘法"
+    assert not any("思考" in line or "私有推理" in line for line in lines)
+
+
+def test_a_null_final_content_returns_an_empty_answer():
+    assert run_fake(final(None))[0] == ""
+
+
+class FakeSDKError(Exception):
+    """Shaped like openai.APIStatusError: status_code and body."""
+
+    def __init__(self, status_code, body):
+        super().__init__(f"Error code: {status_code}")
+        self.status_code, self.body = status_code, body
+
+
+class APITimeoutError(Exception):
+    pass
+
+
+class APIConnectionError(Exception):
+    pass
+
+
+def failing_client(error):
+    def create(**kwargs):
+        raise error
+
+    return SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
+
+
+@pytest.mark.parametrize(
+    ("error", "link", "reason_part", "hint_part"),
+    [
+        (
+            FakeSDKError(401, {"message": "Incorrect API key"}),
+            "Provider",
+            "HTTP 401：Incorrect API key",
+            "OPENAI_API_KEY",
+        ),
+        (
+            FakeSDKError(404, {"message": "model not found"}),
+            "Provider",
+            "model not found",
+            "OPENAI_MODEL",
+        ),
+        (
+            FakeSDKError(404, "<html><title>404 Not Found</title></html>"),
+            "Provider",
+            "404 Not Found",
+            "/v1",
+        ),
+        (
+            FakeSDKError(400, {"message": "llama3 does not support tools"}),
+            "Provider",
+            "support tools",
+            "Tool Calling",
+        ),
+        (
+            FakeSDKError(500, {"message": "Unsupported param: tools"}),
+            "Provider",
+            "Unsupported param",
+            "Tool Calling",
+        ),
+        (FakeSDKError(429, {"message": "quota"}), "Provider", "HTTP 429", "额度"),
+        (FakeSDKError(503, None), "Provider", "HTTP 503", "稍后"),
+        (
+            FakeSDKError(400, [{"error": {"message": "gemini says no"}}]),
+            "Provider",
+            "gemini says no",
+            "原话",
+        ),
+        (
+            FakeSDKError(400, {"code": 20015, "message": "envelope", "data": None}),
+            "Provider",
+            "envelope",
+            "原话",
+        ),
+        (APITimeoutError("Request timed out."), "SDK/网络", "请求超时", "OPENAI_TIMEOUT"),
+        (APIConnectionError("Connection error."), "SDK/网络", "连不上服务器", "OPENAI_BASE_URL"),
+        (RuntimeError("boom"), "SDK/网络", "boom", "openai"),
+    ],
+)
+def test_request_failures_name_the_link_and_the_providers_words(
+    error, link, reason_part, hint_part
+):
+    with pytest.raises(AgentStop) as caught:
+        lesson.run_agent(failing_client(error), "m", "q")
+    stop = caught.value
+    assert (stop.link, stop.exit_code) == (link, lesson.EXIT_REQUEST_FAILED)
+    assert reason_part in stop.reason and hint_part in stop.hint
+    assert stop.last_ok == "还没有发出模型请求"
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        ({"message": "m1", "type": "invalid_request_error"}, "m1"),
+        ({"error": {"message": "m2"}}, "m2"),
+        ({"error": "plain string"}, "plain string"),
+        ([{"error": {"code": 400, "message": "m3"}}], "m3"),
+        ({"code": 20015, "message": "m4", "data": None}, "m4"),
+        (
+            "<html><head><title>502 Bad Gateway</title></head><body>x</body></html>",
+            "502 Bad Gateway",
+        ),
+        ("<p>no\n\ntitle</p>", "no title"),
+        ("", "（空响应体）"),
+        ({"detail": "fastapi style"}, "fastapi style"),
+    ],
+)
+def test_provider_text_reads_every_error_envelope(body, text):
+    assert text in lesson.provider_text(body)

@@ -1,0 +1,198 @@
+"""The tool and its router: multiply() types and range, execute_tool() never raises."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import lesson_03_tool_calling_loop as lesson
+from lesson_03_tool_calling_loop import MAX_ABS_VALUE, execute_tool, multiply
+
+
+def call(arguments, name="multiply"):
+    """A tool call shaped like the SDK's, built from raw model output."""
+    return SimpleNamespace(
+        id="call_1", type="function", function=SimpleNamespace(name=name, arguments=arguments)
+    )
+
+
+def run(arguments, name="multiply"):
+    return json.loads(execute_tool(call(arguments, name)))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "product"),
+    [
+        (248, 15, 3720),
+        (-7, 6, -42),
+        (0, MAX_ABS_VALUE, 0),
+        (MAX_ABS_VALUE, -MAX_ABS_VALUE, -(10**12)),
+    ],
+)
+def test_multiply_accepts_in_range_ints(a, b, product):
+    assert multiply(a, b) == product
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        True,
+        False,
+        248.0,
+        1.5,
+        "248",
+        None,
+        [248],
+        {"v": 248},
+        MAX_ABS_VALUE + 1,
+        -MAX_ABS_VALUE - 1,
+    ],
+    ids=repr,
+)
+@pytest.mark.parametrize("position", ["a", "b"])
+def test_multiply_rejects_anything_but_in_range_int(bad, position):
+    args = {"a": 248, "b": 15, position: bad}
+    with pytest.raises(ValueError, match=position):
+        multiply(**args)
+
+
+def test_multiply_rejects_bool_even_though_bool_is_int():
+    assert isinstance(True, int)
+    with pytest.raises(ValueError, match="布尔值"):
+        multiply(True, 15)
+
+
+def test_success_is_the_articles_compact_json():
+    assert execute_tool(call('{"a":248,"b":15}')) == '{"status":"completed","result":3720}'
+    assert execute_tool(call('{ "b" : 15 , "a" : 248 }')) == '{"status":"completed","result":3720}'
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message_part"),
+    [
+        ('{"a":"248","b":15}', "字符串"),
+        ('{"a":true,"b":15}', "布尔值"),
+        ('{"a":248.0,"b":15}', "小数"),
+        ('{"a":null,"b":15}', "null"),
+        ('{"a":1e400,"b":15}', "小数"),
+        ('{"a":NaN,"b":15}', "小数"),
+        ('{"a":248,"b":15,"c":1}', "只接受 a 和 b"),
+        ('{"a":248}', "只接受 a 和 b"),
+        ("{}", "只接受 a 和 b"),
+        ('{"a":1,"a":248,"b":15}', "重复"),
+        ('{"a":248,"b":15,"b":15}', "重复"),
+        ('{"a":248,', "不是合法 JSON"),
+        ("multiply(248, 15)", "不是合法 JSON"),
+        ("[248, 15]", "JSON 对象"),
+        ('"{\\"a\\":248,\\"b\\":15}"', "JSON 对象"),
+        ("248", "JSON 对象"),
+        ("", "为空"),
+        ("   ", "为空"),
+        ('{"a":' + "9" * 900 + ',"b":15}', "绝对值"),
+        ('{"a":' + "9" * 5000 + ',"b":15}', "超过"),
+        ("[" * 100_000, "超过"),
+        ('{"a":2000000,"b":1}', "绝对值"),
+    ],
+)
+def test_bad_arguments_become_controlled_errors(arguments, message_part):
+    result = run(arguments)
+    assert result["status"] == "error"
+    assert message_part in result["message"]
+    assert set(result) == {"status", "message"}
+
+
+@pytest.mark.parametrize(
+    "arguments", [None, {"a": 248, "b": 15}, 248, b'{"a":248,"b":15}'], ids=repr
+)
+def test_arguments_that_are_not_a_string_are_refused(arguments):
+    result = run(arguments)
+    assert result == {"status": "error", "message": result["message"]}
+    assert "JSON 字符串" in result["message"]
+
+
+@pytest.mark.parametrize("name", ["delete_files", "", None, "Multiply", "multiply ", 42])
+def test_unknown_tool_names_are_refused(name):
+    result = run('{"a":248,"b":15}', name)
+    assert result["status"] == "error"
+    assert "未知工具" in result["message"]
+
+
+def test_deep_nesting_within_the_size_bound_is_still_safe():
+    depth = lesson.MAX_ARGUMENTS_CHARS // 2
+    result = run("[" * depth + "]" * depth)
+    assert result["status"] == "error"
+
+
+def test_calls_missing_attributes_do_not_crash_the_router():
+    assert json.loads(execute_tool(object()))["status"] == "error"
+    assert json.loads(execute_tool(SimpleNamespace(function=None)))["status"] == "error"
+    assert (
+        json.loads(execute_tool(SimpleNamespace(function=SimpleNamespace(name="multiply"))))[
+            "status"
+        ]
+        == "error"
+    )
+
+
+def test_error_messages_stay_one_bounded_line():
+    name = "x\n\x1b[31m" + "y" * 5000
+    message = run('{"a":248,"b":15}', name)["message"]
+    assert "\n" not in message and "\x1b" not in message
+    assert len(message) < 200
+
+
+def test_no_eval_anywhere_in_the_script():
+    source = open(lesson.__file__, encoding="utf-8").read()
+    assert "eval(" not in source and "exec(" not in source
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+any_arguments = st.one_of(
+    st.text(max_size=60),
+    json_values.map(json.dumps),
+    st.dictionaries(st.sampled_from(["a", "b", "c", ""]), json_values, max_size=4).map(json.dumps),
+    json_values,
+)
+
+
+def strict_object(pairs):
+    """Oracle: an object with a repeated key has no single meaning."""
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise ValueError("duplicate key")
+    return dict(pairs)
+
+
+@given(
+    name=st.one_of(st.just("multiply"), st.text(max_size=10), st.none()), arguments=any_arguments
+)
+def test_router_never_raises_and_completes_only_for_two_real_ints(name, arguments):
+    result = json.loads(execute_tool(call(arguments, name)))
+    parsed = None
+    if isinstance(arguments, str) and len(arguments) <= lesson.MAX_ARGUMENTS_CHARS:
+        try:
+            parsed = json.loads(arguments, object_pairs_hook=strict_object)
+        except ValueError:
+            parsed = None
+    valid = (
+        name == "multiply"
+        and isinstance(parsed, dict)
+        and set(parsed) == {"a", "b"}
+        and all(type(parsed[k]) is int and abs(parsed[k]) <= MAX_ABS_VALUE for k in "ab")
+    )
+    if valid:
+        assert result == {"status": "completed", "result": parsed["a"] * parsed["b"]}
+    else:
+        assert result["status"] == "error" and isinstance(result["message"], str)
+
+
+@given(a=st.integers(-MAX_ABS_VALUE, MAX_ABS_VALUE), b=st.integers(-MAX_ABS_VALUE, MAX_ABS_VALUE))
+def test_router_completes_every_in_range_pair(a, b):
+    assert run(json.dumps({"a": a, "b": b})) == {"status": "completed", "result": a * b}
