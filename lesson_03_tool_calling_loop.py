@@ -280,8 +280,9 @@ def check_tool_calls(tool_calls: list, step: int) -> None:
         if call_id in seen:
             raise AgentStop(PROVIDER, f"{where}的 id {clip(call_id, 80)} 重复", HINT_ENDPOINT)
         seen.add(call_id)
-        readable = hasattr(function, "name") and hasattr(function, "arguments")
-        if getattr(call, "type", None) != "function" or not readable:
+        # 协议里 name 与 arguments 都是字符串；不是字符串就无法原样回传，内容对错才交给 Router
+        fields = (getattr(function, "name", None), getattr(function, "arguments", None))
+        if getattr(call, "type", None) != "function" or not all(isinstance(f, str) for f in fields):
             raise AgentStop(PROVIDER, f"{where}不是可读的 function 调用", HINT_ENDPOINT)
 
 

@@ -1,4 +1,4 @@
-"""The command line before any request: usage and configuration errors exit 2 with one clear line."""
+"""The command line before any request: usage and config errors exit 2 with one clear line."""
 
 import os
 import subprocess

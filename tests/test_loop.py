@@ -156,6 +156,14 @@ STOP_CASES = {
         calls(odd_call(function=SimpleNamespace(name="multiply"))),
         "Provider",
     ),
+    "arguments is an object": (
+        calls(odd_call(function=SimpleNamespace(name="multiply", arguments={"a": 248, "b": 15}))),
+        "Provider",
+    ),
+    "name is null": (
+        calls(odd_call(function=SimpleNamespace(name=None, arguments='{"a":248,"b":15}'))),
+        "Provider",
+    ),
     "second call unpairable": (calls(fake_call("call_1"), fake_call("")), "Provider"),
     "tool_calls is not a list": (fake_response("tool_calls", tool_calls={"id": "c"}), "Provider"),
     "final with length": (fake_response("length", content="248 乘以 15 等"), "Model"),
@@ -214,6 +222,7 @@ def test_the_provider_message_of_a_choiceless_200_is_shown():
 
 def test_a_later_stop_reports_the_last_successful_event():
     outcome, client, messages, _ = run_fake(calls(fake_call("call_1")), fake_response("length"))
+    assert len(client.requests) == 2
     assert outcome.reason.startswith("step 2: ")
     assert outcome.last_ok == "step 2: 收到 HTTP 响应"
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]

@@ -1,4 +1,4 @@
-"""The offline self-check: runs under python and python -O, imports no openai, catches planted bugs."""
+"""The offline self-check: runs under -O, imports no openai, catches planted bugs."""
 
 import subprocess
 import sys

@@ -1,6 +1,7 @@
 """The tool and its router: multiply() types and range, execute_tool() never raises."""
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -144,7 +145,7 @@ def test_error_messages_stay_one_bounded_line():
 
 
 def test_no_eval_anywhere_in_the_script():
-    source = open(lesson.__file__, encoding="utf-8").read()
+    source = Path(lesson.__file__).read_text(encoding="utf-8")
     assert "eval(" not in source and "exec(" not in source
 
 
