@@ -206,7 +206,7 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
     """最多发 MAX_STEPS 次模型请求，返回最终回答；传入 messages 可在外面看到历史。"""
     messages = [] if messages is None else messages
     messages.append({"role": "user", "content": user_text})
-    last_ok = "还没有发出模型请求"
+    last_ok = "Harness 已就绪，还没有收到任何模型响应"
     try:
         for step in range(1, MAX_STEPS + 1):
             response = request_model(client, model, messages, step)
@@ -250,23 +250,27 @@ def read_choice(response: object, step: int) -> tuple:
     if message is None or not isinstance(tool_calls, list):
         raise AgentStop(PROVIDER, f"step {step}: choice 里缺少可读的 message", HINT_ENDPOINT)
     if tool_calls and finish_reason != "tool_calls":
-        raise refused_finish(finish_reason, step, "消息里有 Tool Call，但")
+        raise refused_finish(finish_reason, step, with_tool_calls=True)
     if tool_calls:
         check_tool_calls(tool_calls, step)
     elif finish_reason == "tool_calls":
         what = "finish_reason=tool_calls，但消息里没有任何 Tool Call"
         raise AgentStop(PROVIDER, f"step {step}: {what}", HINT_ENDPOINT)
     elif finish_reason != "stop":
-        raise refused_finish(finish_reason, step, "模型没有正常结束：")
+        raise refused_finish(finish_reason, step, with_tool_calls=False)
     return message, tool_calls
 
 
-def refused_finish(finish_reason: object, step: int, prefix: str) -> AgentStop:
+def refused_finish(finish_reason: object, step: int, with_tool_calls: bool) -> AgentStop:
     """length、content_filter 和未知值都不能伪装成 Tool Call 或 Final。"""
     unknown = (PROVIDER, "不是 OpenAI 协议中的值", HINT_ENDPOINT)
     link, meaning, hint = FINISH_REASONS.get(finish_reason, unknown)
     shown = clip(json.dumps(finish_reason, ensure_ascii=False), 40)
-    return AgentStop(link, f"step {step}: {prefix}finish_reason={shown}（{meaning}），未执行", hint)
+    if with_tool_calls:
+        what = f"有 Tool Call 却 finish_reason={shown}（{meaning}），两者矛盾，一个工具都没执行"
+    else:
+        what = f"模型没有正常结束：finish_reason={shown}（{meaning}），不能当成最终回答"
+    return AgentStop(link, f"step {step}: {what}", hint)
 
 
 def check_tool_calls(tool_calls: list, step: int) -> None:
@@ -289,7 +293,7 @@ def check_tool_calls(tool_calls: list, step: int) -> None:
 def describe_choiceless(response: object) -> str:
     """响应里没有 choices 时，尽量转述 Provider 自己说了什么。"""
     if isinstance(response, str):
-        return f"Provider 返回的不是 JSON（可能是网页）：{provider_text(response)}"
+        return f"返回的不是 JSON（可能是一张网页）：{provider_text(response)}"
     error = getattr(response, "error", None)
     if error is not None:
         return f"Provider 用 HTTP 200 返回了错误：{provider_text(error)}"
@@ -620,7 +624,12 @@ def main(argv: list, environ: dict) -> int:
         print("已中断（Ctrl-C）", file=sys.stderr)
         code = 130
     if "--show-messages" in flags and messages:
-        print(json.dumps(messages, ensure_ascii=False, indent=2))
+        # reasoning_content 要回传给 Provider，但不打印给人看
+        shown = [
+            {**m, "reasoning_content": "（已省略）"} if "reasoning_content" in m else m
+            for m in messages
+        ]
+        print(json.dumps(shown, ensure_ascii=False, indent=2))
     return code
 
 

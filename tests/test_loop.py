@@ -346,7 +346,7 @@ def test_request_failures_name_the_link_and_the_providers_words(
     stop = caught.value
     assert (stop.link, stop.exit_code) == (link, lesson.EXIT_REQUEST_FAILED)
     assert reason_part in stop.reason and hint_part in stop.hint
-    assert stop.last_ok == "还没有发出模型请求"
+    assert stop.last_ok == "Harness 已就绪，还没有收到任何模型响应"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,577 @@
+"""The online path: the real openai SDK over real HTTP to a scripted server on 127.0.0.1.
+
+Every scenario runs main() in-process (real SDK, real sockets, the script's own client
+settings); the ones marked `cli` also run as a subprocess with the three variables set.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai  # noqa: F401  (no skip: without the SDK these tests must fail, not vanish)
+import pytest
+
+import lesson_03_tool_calling_loop as lesson
+from tests.provider_server import OMIT, Reply, completion, tool_call
+
+SCRIPT = Path(lesson.__file__).resolve()
+KEY = "sk-online-test-9f8e7d6c5b4a3210"
+ARGS_248_15 = '{"a":248,"b":15}'
+RESULT_3720 = '{"status":"completed","result":3720}'
+ARTICLE_LINES = [
+    "step 1: finish_reason=tool_calls",
+    f"step 1: multiply call_id=call_1 result={RESULT_3720}",
+    "step 2: finish_reason=stop",
+    "Agent> 248 乘以 15 等于 3720。",
+]
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def everything(self):
+        return self.out + self.err
+
+
+def environment(provider, **extra):
+    env = {
+        "OPENAI_API_KEY": KEY,
+        "OPENAI_MODEL": "test-model",
+        "OPENAI_BASE_URL": provider.base_url,
+    }
+    env.update(extra)
+    return env
+
+
+def run_in_process(capsys, env, *args):
+    code = lesson.main(list(args), env)
+    captured = capsys.readouterr()
+    return Run(code, captured.out, captured.err)
+
+
+def run_subprocess(env, *args):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    full.update(env)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=full, timeout=60
+    )
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture(params=["in-process", "cli"])
+def run(request, provider, capsys):
+    """Run the script against `provider` through main() or as a subprocess."""
+
+    def runner(*args, **extra_env):
+        env = environment(provider, **extra_env)
+        if request.param == "cli":
+            return run_subprocess(env, *args)
+        return run_in_process(capsys, env, *args)
+
+    return runner
+
+
+def assert_clean_failure(result, code, first_line_start):
+    assert result.code == code, result.everything
+    lines = result.err.splitlines()
+    assert len(lines) == 2, result.err
+    assert lines[0].startswith(first_line_start), lines[0]
+    assert lines[1].startswith("最后一个成功事件：") and "建议：" in lines[1]
+    assert "Traceback" not in result.everything
+    assert KEY not in result.everything
+
+
+def tool_turn(*calls, **message_extra):
+    return completion(tool_calls=list(calls), finish_reason="tool_calls", **message_extra)
+
+
+FINAL = completion(content="248 乘以 15 等于 3720。")
+CALL_1 = tool_call("call_1", "multiply", ARGS_248_15)
+
+
+# --- happy path -----------------------------------------------------------------------------
+
+
+def test_happy_path_is_two_requests_and_the_articles_output(run, provider):
+    provider.script(tool_turn(CALL_1), FINAL)
+    result = run()
+    assert (result.code, result.err) == (0, "")
+    assert result.out.splitlines() == ARTICLE_LINES
+
+    first, second = (r.body for r in provider.requests)
+    assert len(provider.requests) == 2
+    assert all(r.path == "/v1/chat/completions" for r in provider.requests)
+    assert provider.requests[0].headers["authorization"] == f"Bearer {KEY}"
+    assert set(first) == {"model", "messages", "tools"}
+    assert first["model"] == "test-model" and first["tools"] == lesson.TOOLS
+    assert first["messages"] == [{"role": "user", "content": "帮我算一下 248 乘以 15"}]
+    assert set(second) == {"model", "messages", "tools"}
+    assert second["messages"][1:] == [
+        {"role": "assistant", "content": "", "tool_calls": [CALL_1]},
+        {"role": "tool", "tool_call_id": "call_1", "content": RESULT_3720},
+    ]
+
+
+def test_the_question_argument_is_the_user_message(run, provider):
+    provider.script(completion(content="42"))
+    result = run("帮我算一下 6 乘以 7")
+    assert result.out.splitlines() == ["step 1: finish_reason=stop", "Agent> 42"]
+    assert provider.requests[0].body["messages"] == [
+        {"role": "user", "content": "帮我算一下 6 乘以 7"}
+    ]
+
+
+def test_show_messages_prints_the_four_message_turn(run, provider):
+    provider.script(tool_turn(CALL_1, reasoning_content="内部推理：先乘"), FINAL)
+    result = run("--show-messages")
+    assert result.code == 0
+    history = json.loads(result.out.split("Agent> 248 乘以 15 等于 3720。\n", 1)[1])
+    assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant"]
+    assert history[2] == {"role": "tool", "tool_call_id": "call_1", "content": RESULT_3720}
+    assert "内部推理" not in result.everything
+
+
+def test_show_messages_after_a_failure_shows_what_was_kept(run, provider):
+    provider.script(tool_turn(CALL_1), completion(content="248 乘以", finish_reason="length"))
+    result = run("--show-messages")
+    assert result.code == 1
+    history = json.loads(result.out[result.out.index("[") :])
+    assert [m["role"] for m in history] == ["user", "assistant", "tool"]
+
+
+def test_parallel_calls_are_answered_in_order_each_paired(run, provider):
+    calls = [CALL_1, tool_call("call_2", "multiply", '{"a":6,"b":7}')]
+    provider.script(tool_turn(*calls), completion(content="3720 和 42"))
+    result = run()
+    assert result.code == 0
+    sent = provider.requests[1].body["messages"]
+    assert sent[1]["tool_calls"] == calls
+    assert sent[2:] == [
+        {"role": "tool", "tool_call_id": "call_1", "content": RESULT_3720},
+        {"role": "tool", "tool_call_id": "call_2", "content": '{"status":"completed","result":42}'},
+    ]
+    assert "step 1: multiply call_id=call_2 result=" in result.out
+
+
+@pytest.mark.parametrize(
+    "call_id",
+    ["functions.multiply:0", "aB3dE5fG7", "chatcmpl-tool-8c1f0e2d", "0", "call__0_multiply_x"],
+)
+def test_provider_id_formats_are_echoed_unchanged(run, provider, call_id):
+    provider.script(tool_turn(tool_call(call_id, "multiply", ARGS_248_15)), FINAL)
+    assert run().code == 0
+    sent = provider.requests[1].body["messages"]
+    assert sent[1]["tool_calls"][0]["id"] == call_id and sent[2]["tool_call_id"] == call_id
+
+
+@pytest.mark.parametrize(
+    ("content", "echoed"), [(None, ""), ("", ""), ("我来算一下。", "我来算一下。")]
+)
+def test_content_beside_tool_calls_is_echoed_as_a_string(run, provider, content, echoed):
+    provider.script(tool_turn(CALL_1, content=content), FINAL)
+    assert run().code == 0
+    assert provider.requests[1].body["messages"][1]["content"] == echoed
+
+
+def test_reasoning_content_goes_back_unchanged_and_private_fields_do_not(run, provider):
+    thinking = "用户要 248×15，调用 multiply。"
+    reply = tool_turn(CALL_1, reasoning_content=thinking, reasoning="私有 reasoning", refusal=None)
+    provider.script(reply, FINAL)
+    result = run()
+    assert result.code == 0
+    echoed = provider.requests[1].body["messages"][1]
+    assert echoed == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [CALL_1],
+        "reasoning_content": thinking,
+    }
+    assert "248×15" not in result.everything and "私有" not in result.everything
+
+
+def test_extra_provider_fields_are_tolerated(run, provider):
+    reply = tool_turn(CALL_1)
+    reply.update(timings={"predicted_ms": 12.5}, system_fingerprint=None)
+    reply["choices"][0]["native_finish_reason"] = "tool_calls"
+    provider.script(reply, FINAL)
+    assert run().out.splitlines() == ARTICLE_LINES
+
+
+# --- bad tool arguments: controlled tool results, the loop goes on ---------------------------
+
+BAD_ARGUMENTS = {
+    "bool": ('{"a":true,"b":15}', "布尔值"),
+    "string number": ('{"a":"248","b":15}', "字符串"),
+    "float": ('{"a":248.0,"b":15}', "小数"),
+    "extra key": ('{"a":248,"b":15,"c":1}', "只接受 a 和 b"),
+    "duplicate key": ('{"a":1,"a":248,"b":15}', "重复"),
+    "empty": ("", "为空"),
+    "deep nesting": ('{"a":' + "[" * 450 + "]" * 450 + ',"b":15}', "数组"),
+    "huge nesting": ("[" * 50_000, "超过"),
+    "thousands of digits": ('{"a":' + "7" * 3000 + ',"b":15}', "超过"),
+    "out of range": ('{"a":1000001,"b":15}', "绝对值"),
+    "not json": ("a=248, b=15", "不是合法 JSON"),
+}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message_part"), BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS.keys()
+)
+def test_bad_arguments_become_a_tool_result_and_the_loop_continues(
+    run, provider, arguments, message_part
+):
+    provider.script(
+        tool_turn(tool_call("call_1", "multiply", arguments)),
+        tool_turn(tool_call("call_2", "multiply", ARGS_248_15)),
+        FINAL,
+    )
+    result = run()
+    assert result.code == 0, result.everything
+    assert len(provider.requests) == 3
+    returned = json.loads(provider.requests[1].body["messages"][2]["content"])
+    assert returned["status"] == "error" and message_part in returned["message"]
+    assert (
+        provider.requests[1].body["messages"][1]["tool_calls"][0]["function"]["arguments"]
+        == arguments
+    )
+    assert result.out.splitlines()[-1] == "Agent> 248 乘以 15 等于 3720。"
+
+
+def test_an_unknown_tool_becomes_a_tool_result(run, provider):
+    provider.script(
+        tool_turn(tool_call("call_1", "run_shell", '{"cmd":"rm -rf /"}')),
+        completion(content="不能执行"),
+    )
+    result = run()
+    assert result.code == 0
+    returned = json.loads(provider.requests[1].body["messages"][2]["content"])
+    assert returned == {"status": "error", "message": "未知工具：run_shell"}
+
+
+# --- untrustworthy protocol state: stop the loop, execute nothing ----------------------------
+
+STOPS = {
+    "tool calls with stop": (
+        completion(tool_calls=[CALL_1], finish_reason="stop"),
+        "[Provider]",
+        '"stop"',
+    ),
+    "tool calls with length": (
+        completion(
+            tool_calls=[tool_call("call_1", "multiply", '{"a":248,"b')], finish_reason="length"
+        ),
+        "[Model]",
+        "截断",
+    ),
+    "tool_calls with an empty list": (
+        completion(tool_calls=[], finish_reason="tool_calls"),
+        "[Provider]",
+        "没有任何 Tool Call",
+    ),
+    "tool_calls without a list": (
+        completion(finish_reason="tool_calls"),
+        "[Provider]",
+        "没有任何 Tool Call",
+    ),
+    "empty id": (tool_turn(tool_call("", "multiply", ARGS_248_15)), "[Provider]", "缺少 id"),
+    "missing id": (tool_turn(tool_call(OMIT, "multiply", ARGS_248_15)), "[Provider]", "缺少 id"),
+    "missing function": (
+        tool_turn(tool_call("call_1", None, None, function=OMIT)),
+        "[Provider]",
+        "不是可读的",
+    ),
+    "custom type": (
+        tool_turn(
+            tool_call(
+                "call_1",
+                None,
+                None,
+                type="custom",
+                function=OMIT,
+                custom={"name": "multiply", "input": "248*15"},
+            )
+        ),
+        "[Provider]",
+        "不是可读的",
+    ),
+    "arguments as an object": (
+        tool_turn(
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "multiply", "arguments": {"a": 248, "b": 15}},
+            }
+        ),
+        "[Provider]",
+        "不是可读的",
+    ),
+    "duplicate ids": (
+        tool_turn(CALL_1, tool_call("call_1", "multiply", '{"a":6,"b":7}')),
+        "[Provider]",
+        "重复",
+    ),
+    "length without tool calls": (
+        completion(content="248 乘以 15 等", finish_reason="length"),
+        "[Model]",
+        '"length"',
+    ),
+    "content_filter": (
+        completion(content="", finish_reason="content_filter"),
+        "[Provider]",
+        "过滤",
+    ),
+    "choices empty": (
+        {"id": "x", "object": "chat.completion", "choices": []},
+        "[Provider]",
+        "没有 choices",
+    ),
+    "200 with only an error": (
+        {"error": {"message": "upstream model crashed", "code": 502}},
+        "[Provider]",
+        "upstream model crashed",
+    ),
+    "200 with an html page": (
+        Reply(
+            body=b"<html><head><title>Open WebUI</title></head><body>app</body></html>",
+            content_type="text/html",
+        ),
+        "[Provider]",
+        "Open WebUI",
+    ),
+}
+STOPS.update(
+    {
+        f"finish_reason {reason!r}": (
+            completion(content="3720", finish_reason=reason),
+            "[Provider]",
+            json.dumps(reason),
+        )
+        for reason in ["error", "sensitive", "network_error", "eos", "model_length", "", None]
+    }
+)
+
+
+@pytest.mark.parametrize(("reply", "link", "reason_part"), STOPS.values(), ids=STOPS.keys())
+def test_untrustworthy_responses_stop_the_loop_and_run_nothing(
+    run, provider, reply, link, reason_part
+):
+    provider.script(reply, FINAL)
+    result = run()
+    assert_clean_failure(result, 1, f"{link} step 1: ")
+    assert reason_part in result.err.splitlines()[0]
+    assert "最后一个成功事件：step 1: 收到 HTTP 响应" in result.err
+    assert len(provider.requests) == 1
+    assert "call_id=" not in result.out and "Agent>" not in result.out
+
+
+def test_the_step_limit_sends_exactly_eight_requests(run, provider):
+    provider.script(
+        *[tool_turn(tool_call(f"call_{n}", "multiply", ARGS_248_15)) for n in range(1, 12)]
+    )
+    result = run()
+    assert_clean_failure(result, 1, "[Harness] 超过最大步骤数：8")
+    assert len(provider.requests) == lesson.MAX_STEPS == 8
+    assert "call_8" not in json.dumps(provider.requests[-1].body)
+    assert result.out.splitlines()[-1].startswith("step 8: multiply call_id=call_8 result=")
+    assert "call_8 的 Tool Result 已写入历史" in result.err
+
+
+# --- provider and network failures: exit 3 -----------------------------------------------------
+
+FAILURES = {
+    "ollama without tools": (
+        Reply(
+            status=400,
+            json={
+                "error": {
+                    "message": "registry.ollama.ai/library/llama2:latest does not support tools",
+                    "type": "api_error",
+                }
+            },
+        ),
+        "HTTP 400：registry.ollama.ai/library/llama2:latest does not support tools",
+        "Tool Calling",
+        1,
+    ),
+    "vllm without auto tool choice": (
+        Reply(
+            status=400,
+            json={
+                "object": "error",
+                "message": '"auto" tool choice requires --enable-auto-tool-choice and '
+                "--tool-call-parser to be set",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            },
+        ),
+        '"auto" tool choice requires --enable-auto-tool-choice',
+        "Tool Calling",
+        1,
+    ),
+    "llama.cpp without --jinja": (
+        Reply(
+            status=500,
+            json={
+                "error": {
+                    "code": 500,
+                    "message": "Unsupported param: tools",
+                    "type": "server_error",
+                }
+            },
+        ),
+        "HTTP 500：Unsupported param: tools",
+        "--jinja",
+        2,
+    ),
+    "401": (
+        Reply(
+            status=401,
+            json={
+                "error": {
+                    "message": "Incorrect API key provided: sk-onl***3210.",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            },
+        ),
+        "HTTP 401：Incorrect API key provided",
+        "OPENAI_API_KEY",
+        1,
+    ),
+    "401 echoing the whole key": (
+        Reply(status=401, json={"error": {"message": f"key {KEY} is not valid"}}),
+        "HTTP 401：key *** is not valid",
+        "OPENAI_API_KEY",
+        1,
+    ),
+    "404 json": (
+        Reply(
+            status=404,
+            json={
+                "error": {
+                    "message": "The model `test-model` does not exist",
+                    "type": "invalid_request_error",
+                    "code": "model_not_found",
+                }
+            },
+        ),
+        "HTTP 404：The model `test-model` does not exist",
+        "OPENAI_MODEL",
+        1,
+    ),
+    "429": (
+        Reply(
+            status=429,
+            json={
+                "error": {
+                    "message": "You exceeded your current quota",
+                    "type": "insufficient_quota",
+                }
+            },
+        ),
+        "HTTP 429：You exceeded your current quota",
+        "额度",
+        2,
+    ),
+    "error body is a json list": (
+        Reply(
+            status=400,
+            json=[
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "Invalid JSON payload received.",
+                        "status": "INVALID_ARGUMENT",
+                    }
+                }
+            ],
+        ),
+        "HTTP 400：Invalid JSON payload received.",
+        "原话",
+        1,
+    ),
+    "non-openai envelope": (
+        Reply(
+            status=400,
+            json={
+                "code": 20015,
+                "message": "Model does not exist. Please check it carefully.",
+                "data": None,
+            },
+        ),
+        "HTTP 400：Model does not exist. Please check it carefully.",
+        "原话",
+        1,
+    ),
+    "502 html": (
+        Reply(
+            status=502,
+            body=b"<html><head><title>502 Bad Gateway</title></head></html>",
+            content_type="text/html",
+        ),
+        "HTTP 502：502 Bad Gateway",
+        "稍后",
+        2,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason_part", "hint_part", "attempts"), FAILURES.values(), ids=FAILURES.keys()
+)
+def test_http_errors_exit_3_with_the_providers_own_words(
+    run, provider, reply, reason_part, hint_part, attempts
+):
+    provider.script(*[reply] * attempts, FINAL)
+    result = run()
+    assert_clean_failure(result, 3, "[Provider] step 1: HTTP ")
+    first, second = result.err.splitlines()
+    assert reason_part in first and hint_part in second
+    assert "Harness 已就绪，还没有收到任何模型响应" in second
+    assert len(provider.requests) == attempts  # max_retries=1: only 5xx/429 are tried twice
+
+
+def test_a_failure_on_the_second_request_names_the_tool_result_as_last_success(run, provider):
+    provider.script(
+        tool_turn(CALL_1), Reply(status=400, json={"error": {"message": "bad history"}})
+    )
+    result = run()
+    assert_clean_failure(result, 3, "[Provider] step 2: HTTP 400：bad history")
+    assert "最后一个成功事件：step 1: call_1 的 Tool Result 已写入历史" in result.err
+
+
+def test_a_base_url_without_v1_gets_an_html_404_and_a_v1_hint(run, provider):
+    result = run(OPENAI_BASE_URL=provider.base_url[: -len("/v1")])
+    assert_clean_failure(result, 3, "[Provider] step 1: HTTP 404：404 Not Found")
+    assert "/v1" in result.err.splitlines()[1]
+    assert [r.path for r in provider.requests] == ["/chat/completions"]
+
+
+def test_connection_refused_exits_3_naming_the_network(run, closed_port_url):
+    result = run(OPENAI_BASE_URL=closed_port_url)
+    assert_clean_failure(result, 3, "[SDK/网络] step 1: 连不上服务器")
+    assert "OPENAI_BASE_URL" in result.err
+
+
+def test_a_read_timeout_exits_3_after_one_retry(run, provider):
+    provider.script(Reply(delay=30, json=FINAL), Reply(delay=30, json=FINAL))
+    result = run(OPENAI_TIMEOUT="0.4")
+    assert_clean_failure(result, 3, "[SDK/网络] step 1: 请求超时")
+    assert "OPENAI_TIMEOUT" in result.err
+    assert len(provider.requests) == 2
+
+
+def test_the_client_uses_the_scripts_timeout_and_retry_settings():
+    config = lesson.read_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"})
+    client = lesson.make_client(config)
+    assert client.max_retries == lesson.MAX_RETRIES == 1
+    assert client.timeout == lesson.DEFAULT_TIMEOUT_SECONDS == 60
+    assert str(client.base_url).startswith("https://api.openai.com/v1")
