@@ -372,6 +372,9 @@ def read_config(environ: dict) -> dict:
             HARNESS, f"OPENAI_TIMEOUT 不是正数：{clip(raw_timeout, 40)}", hint, EXIT_USAGE
         )
     api_key = environ["OPENAI_API_KEY"].strip()
+    if not api_key.isascii() or any(char.isspace() for char in api_key):
+        hint = "key 里混进了空格、换行或中文字符；重新复制一次"
+        raise AgentStop(HARNESS, "OPENAI_API_KEY 只能是不含空白的 ASCII 字符", hint, EXIT_USAGE)
     return {
         "api_key": api_key,
         "base_url": base_url,

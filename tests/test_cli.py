@@ -52,6 +52,8 @@ def test_a_missing_variable_exits_2_and_names_it(env, missing):
         ({"OPENAI_TIMEOUT": "soon"}, "OPENAI_TIMEOUT"),
         ({"OPENAI_TIMEOUT": "0"}, "OPENAI_TIMEOUT"),
         ({"OPENAI_TIMEOUT": "nan"}, "OPENAI_TIMEOUT"),
+        ({"OPENAI_API_KEY": KEY + "“"}, "OPENAI_API_KEY"),
+        ({"OPENAI_API_KEY": "sk-abc def-0123456789"}, "OPENAI_API_KEY"),
     ],
 )
 def test_bad_configuration_exits_2(extra, part):
