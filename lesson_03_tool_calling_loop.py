@@ -27,8 +27,6 @@ MAX_STEPS = 8
 MAX_ABS_VALUE = 1_000_000
 MAX_ARGUMENTS_CHARS = 1_000  # 合法参数不到 40 个字符；上限挡住超长与深嵌套的输入
 DEFAULT_QUESTION = "帮我算一下 248 乘以 15"
-DEFAULT_TIMEOUT_SECONDS = 60.0
-MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试没有意义
 
 EXIT_OK, EXIT_STOPPED, EXIT_USAGE, EXIT_REQUEST_FAILED = 0, 1, 2, 3
 
@@ -43,7 +41,7 @@ def multiply(a: int, b: int) -> int:
     for name, value in (("a", a), ("b", b)):
         # bool 是 int 的子类：不先排除，True 会被悄悄当成 1
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} 必须是整数，收到的是 {json_type_name(value)}")
+            raise ValueError(f"{name} 必须是整数，收到的是{json_type_name(value)}")
         if abs(value) > MAX_ABS_VALUE:
             raise ValueError(f"{name} 的绝对值不能超过 {MAX_ABS_VALUE}")
     return a * b
@@ -110,7 +108,7 @@ def execute_tool(tool_call: object) -> str:
 def parse_arguments(arguments: object) -> dict:
     """把 arguments 字符串解析成 JSON 对象；重复的键有歧义，直接拒绝。"""
     if not isinstance(arguments, str):
-        raise ValueError(f"工具参数必须是 JSON 字符串，收到的是 {json_type_name(arguments)}")
+        raise ValueError(f"工具参数必须是 JSON 字符串，收到的是{json_type_name(arguments)}")
     if not arguments.strip():
         raise ValueError("工具参数为空，multiply 需要 a 和 b")
     if len(arguments) > MAX_ARGUMENTS_CHARS:
@@ -133,11 +131,28 @@ def reject_duplicate_keys(pairs: list) -> dict:
     return dict(pairs)
 
 
+# 在线运行时 read_config() 把 API Key 放进来；任何外来文字在打印前都先遮住它
+SECRETS: list = []
+
+
+def redact(text: str) -> str:
+    """把已登记的 API Key 换成 ***。"""
+    for secret in SECRETS:
+        text = text.replace(secret, "***")
+    return text
+
+
 def clip(value: object, limit: int = 200) -> str:
-    """把任意值变成一行可打印文本：去掉控制字符，限制长度。"""
+    """把任意外来的值变成一行可打印文本：遮住 key，去掉控制字符和孤立代理字符，限制长度。"""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
-    text = re.sub(r"[\x00-\x1f\x7f]+", " ", text).strip()
+    text = redact(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    text = re.sub(r"[\x00-\x1f\x7f-\x9f]+", " ", text).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def is_text(value: object) -> bool:
+    """是能按 UTF-8 原样发回去的字符串；JSON 里的孤立代理字符（如 \\ud800）做不到。"""
+    return isinstance(value, str) and value.encode("utf-8", "replace").decode() == value
 
 
 # ---------------------------------------------------------------------------
@@ -172,18 +187,7 @@ def assistant_message_from_api(message: object) -> dict:
 
 HARNESS, SDK_NETWORK, PROVIDER, MODEL = "Harness", "SDK/网络", "Provider", "Model"
 HINT_ENDPOINT = "这个端点的响应与 OpenAI 协议不一致，Harness 不会替它猜；换模型或端点再试"
-
-HINT_BASE_URL = "检查 OPENAI_BASE_URL 是否指向 API（通常以 /v1 结尾），以及 Provider 的错误原话"
-HTTP_HINTS = {
-    401: "检查 OPENAI_API_KEY 是否正确、是否属于 OPENAI_BASE_URL 指向的 Provider",
-    403: "这个 key 无权使用该模型或端点；检查 OPENAI_API_KEY 与账户权限",
-    404: "检查 OPENAI_MODEL 的模型名；OPENAI_BASE_URL 通常要以 /v1 结尾",
-    429: "触发频率限制或额度用完：检查余额与配额，稍后再试",
-}
-HINT_NO_TOOLS = (
-    "这个模型或端点不支持 Tool Calling：换支持 tools 的模型"
-    "（vLLM 要开启自动工具选择，llama.cpp 要加 --jinja）"
-)
+HINT_BASE_URL = "检查 OPENAI_BASE_URL 是否指向 API（通常以 /v1 结尾），以及 Provider 的原话"
 
 # finish_reason -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
 FINISH_REASONS = {
@@ -191,6 +195,7 @@ FINISH_REASONS = {
     "content_filter": (PROVIDER, "内容被 Provider 过滤", "换一种问法；查看 Provider 的内容策略"),
     "stop": (PROVIDER, "部分兼容端点的已知偏差", HINT_ENDPOINT),
 }
+UNKNOWN_FINISH_REASON = (PROVIDER, "不是 OpenAI 协议中的值", HINT_ENDPOINT)
 
 
 class AgentStop(Exception):
@@ -209,9 +214,17 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
     last_ok = "Harness 已就绪，还没有收到任何模型响应"
     try:
         for step in range(1, MAX_STEPS + 1):
-            response = request_model(client, model, messages, step)
+            try:
+                response = client.chat.completions.create(
+                    model=model, messages=messages, tools=TOOLS
+                )
+            except Exception as error:  # SDK 的边界：连接、超时、HTTP 错误都从这里抛出
+                raise request_failure(error, step) from None
             last_ok = f"step {step}: 收到 HTTP 响应"
-            message, tool_calls = read_choice(response, step)
+            choice = first_choice(response, step)
+            finish_reason = getattr(choice, "finish_reason", None)
+            print(f"step {step}: finish_reason={show_finish_reason(finish_reason)}")
+            message, tool_calls = check_choice(choice, finish_reason, step)
             messages.append(assistant_message_from_api(message))
             last_ok = f"step {step}: Assistant Message 通过协议检查并写入历史"
             if not tool_calls:
@@ -230,25 +243,37 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
         raise
 
 
-def request_model(client: object, model: str, messages: list, step: int) -> object:
-    """发一次模型请求，只带 model、messages、tools；SDK 抛出的一切都是请求失败。"""
-    try:
-        return client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
-    except Exception as error:  # SDK 的边界：连接、超时、HTTP 错误都在这里变成一行说明
-        raise request_failure(error, step) from None
-
-
-def read_choice(response: object, step: int) -> tuple:
-    """核对同一个 choice 里 message 与 finish_reason 是否一致；一致才返回 (message, tool_calls)。"""
+def first_choice(response: object, step: int) -> object:
+    """取出 choices[0]；没有 choices 时，转述 Provider 自己说了什么。"""
     choices = getattr(response, "choices", None)
-    if not isinstance(choices, list) or not choices:
-        raise AgentStop(PROVIDER, f"step {step}: {describe_choiceless(response)}", HINT_BASE_URL)
-    finish_reason = getattr(choices[0], "finish_reason", None)
-    message = getattr(choices[0], "message", None)
-    print(f"step {step}: finish_reason={clip(finish_reason or json.dumps(finish_reason), 40)}")
+    if isinstance(choices, list) and choices:
+        return choices[0]
+    if isinstance(response, list) and response:
+        response = response[0]  # HTTP 200 的 JSON 列表，例如 [{"error": ...}]
+    if isinstance(response, str):
+        what = f"返回的不是 JSON（可能是一张网页）：{provider_text(response)}"
+    elif getattr(response, "error", None) is not None:
+        what = f"Provider 用 HTTP 200 返回了错误：{provider_text(response.error)}"
+    else:
+        what = "响应里没有 choices"
+    raise AgentStop(PROVIDER, f"step {step}: {what}", HINT_BASE_URL)
+
+
+def show_finish_reason(finish_reason: object) -> str:
+    """正常的值原样显示；空串、null 等用 JSON 写法，免得在屏幕上看不见。"""
+    if isinstance(finish_reason, str) and finish_reason:
+        return clip(finish_reason, 40)
+    return clip(json.dumps(finish_reason, default=repr), 40)
+
+
+def check_choice(choice: object, finish_reason: object, step: int) -> tuple:
+    """message 与 finish_reason 属于同一个 choice，必须一致；一致才返回 (message, tool_calls)。"""
+    message = getattr(choice, "message", None)
+    content = getattr(message, "content", None)
     tool_calls = getattr(message, "tool_calls", None) or []
-    if message is None or not isinstance(tool_calls, list):
-        raise AgentStop(PROVIDER, f"step {step}: choice 里缺少可读的 message", HINT_ENDPOINT)
+    readable = hasattr(message, "content") and (content is None or is_text(content))
+    if not readable or not isinstance(tool_calls, list):
+        raise AgentStop(PROVIDER, f"step {step}: choice 里没有可读的 message", HINT_ENDPOINT)
     if tool_calls and finish_reason != "tool_calls":
         raise refused_finish(finish_reason, step, with_tool_calls=True)
     if tool_calls:
@@ -263,9 +288,9 @@ def read_choice(response: object, step: int) -> tuple:
 
 def refused_finish(finish_reason: object, step: int, with_tool_calls: bool) -> AgentStop:
     """length、content_filter 和未知值都不能伪装成 Tool Call 或 Final。"""
-    unknown = (PROVIDER, "不是 OpenAI 协议中的值", HINT_ENDPOINT)
-    link, meaning, hint = FINISH_REASONS.get(finish_reason, unknown)
-    shown = clip(json.dumps(finish_reason, ensure_ascii=False), 40)
+    known = isinstance(finish_reason, str) and finish_reason in FINISH_REASONS
+    link, meaning, hint = FINISH_REASONS[finish_reason] if known else UNKNOWN_FINISH_REASON
+    shown = clip(json.dumps(finish_reason, ensure_ascii=False, default=repr), 40)
     if with_tool_calls:
         what = f"有 Tool Call 却 finish_reason={shown}（{meaning}），两者矛盾，一个工具都没执行"
     else:
@@ -279,25 +304,99 @@ def check_tool_calls(tool_calls: list, step: int) -> None:
     for index, call in enumerate(tool_calls, start=1):
         call_id, function = getattr(call, "id", None), getattr(call, "function", None)
         where = f"step {step}: 第 {index} 个 Tool Call"
-        if not isinstance(call_id, str) or not call_id:
-            raise AgentStop(PROVIDER, f"{where}缺少 id，Tool Result 无法配对", HINT_ENDPOINT)
+        if not is_text(call_id) or not call_id:
+            raise AgentStop(PROVIDER, f"{where} 缺少 id，Tool Result 无法配对", HINT_ENDPOINT)
         if call_id in seen:
-            raise AgentStop(PROVIDER, f"{where}的 id {clip(call_id, 80)} 重复", HINT_ENDPOINT)
+            raise AgentStop(PROVIDER, f"{where} 的 id {clip(call_id, 80)} 重复", HINT_ENDPOINT)
         seen.add(call_id)
-        # 协议里 name 与 arguments 都是字符串；不是字符串就无法原样回传，内容对错才交给 Router
+        # name 与 arguments 必须是能原样回传的字符串；至于内容对不对，交给 Router 判断
         fields = (getattr(function, "name", None), getattr(function, "arguments", None))
-        if getattr(call, "type", None) != "function" or not all(isinstance(f, str) for f in fields):
-            raise AgentStop(PROVIDER, f"{where}不是可读的 function 调用", HINT_ENDPOINT)
+        if getattr(call, "type", None) != "function" or not all(is_text(f) for f in fields):
+            raise AgentStop(PROVIDER, f"{where} 不是可读的 function 调用", HINT_ENDPOINT)
 
 
-def describe_choiceless(response: object) -> str:
-    """响应里没有 choices 时，尽量转述 Provider 自己说了什么。"""
-    if isinstance(response, str):
-        return f"返回的不是 JSON（可能是一张网页）：{provider_text(response)}"
-    error = getattr(response, "error", None)
-    if error is not None:
-        return f"Provider 用 HTTP 200 返回了错误：{provider_text(error)}"
-    return "响应里没有 choices"
+# ---------------------------------------------------------------------------
+# 6. 在线运行：读取环境变量，创建 OpenAI SDK 客户端（只有这里导入 openai），翻译请求失败
+# ---------------------------------------------------------------------------
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_TIMEOUT_SECONDS = 60.0  # SDK 默认等 10 分钟，学习时太久
+MAX_TIMEOUT_SECONDS = 3600.0
+MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试也没用
+
+
+def read_config(environ: dict) -> dict:
+    """检查在线运行需要的环境变量，缺什么说什么；返回创建客户端所需的参数。"""
+    for name, hint in (
+        ("OPENAI_API_KEY", "本地服务（Ollama、llama.cpp）不校验 key，随便填一个即可，例如 local"),
+        ("OPENAI_MODEL", "填写 Provider 上支持 Tool Calling 的模型名"),
+    ):
+        if not environ.get(name, "").strip():
+            raise AgentStop(
+                HARNESS, f"缺少环境变量 {name}", f"export {name}=...；{hint}", EXIT_USAGE
+            )
+    api_key = environ["OPENAI_API_KEY"].strip()
+    SECRETS[:] = [api_key] if len(api_key) >= 8 else []  # 太短的 key 遮了只会把别的字弄乱
+    if not api_key.isascii() or any(char.isspace() for char in api_key):
+        hint = "key 里混进了空格、换行或中文字符；重新复制一次"
+        raise AgentStop(HARNESS, "OPENAI_API_KEY 只能是不含空白的 ASCII 字符", hint, EXIT_USAGE)
+    # 显式给出默认地址：否则 SDK 会自己去读一个 export 了却为空的 OPENAI_BASE_URL
+    base_url = environ.get("OPENAI_BASE_URL", "").strip() or DEFAULT_BASE_URL
+    if not re.match(r"https?://", base_url):
+        what = "OPENAI_BASE_URL 要以 http:// 或 https:// 开头"
+        raise AgentStop(HARNESS, what, HINT_BASE_URL, EXIT_USAGE)
+    if base_url.rstrip("/").endswith("/chat/completions"):
+        hint = "只写到 /v1 为止，SDK 会自己拼上 /chat/completions"
+        raise AgentStop(HARNESS, "OPENAI_BASE_URL 不应包含 /chat/completions", hint, EXIT_USAGE)
+    raw_timeout = environ.get("OPENAI_TIMEOUT", "").strip()
+    try:
+        timeout = float(raw_timeout) if raw_timeout else DEFAULT_TIMEOUT_SECONDS
+    except ValueError:
+        timeout = 0.0
+    if not 0 < timeout <= MAX_TIMEOUT_SECONDS:
+        what = f"OPENAI_TIMEOUT 要在 0 到 {MAX_TIMEOUT_SECONDS:.0f} 秒之间：{clip(raw_timeout, 40)}"
+        raise AgentStop(HARNESS, what, "例如 export OPENAI_TIMEOUT=60", EXIT_USAGE)
+    return {
+        "api_key": api_key,
+        "base_url": base_url,
+        "timeout": timeout,
+        "max_retries": MAX_RETRIES,
+    }
+
+
+def make_client(config: dict) -> object:
+    """创建客户端：显式的超时和较小的重试次数。"""
+    try:
+        from openai import OpenAI
+    except ImportError:
+        hint = "先运行：python -m pip install -r requirements.txt"
+        raise AgentStop(HARNESS, "没有安装 openai SDK", hint, EXIT_USAGE) from None
+    try:
+        return OpenAI(**config)
+    except Exception as error:  # 例如 OPENAI_BASE_URL 里的端口不是数字
+        what = f"无法创建 OpenAI 客户端：{clip(str(error))}"
+        raise AgentStop(HARNESS, what, HINT_BASE_URL, EXIT_USAGE) from None
+
+
+HTTP_HINTS = {
+    401: "检查 OPENAI_API_KEY 是否正确、是否属于 OPENAI_BASE_URL 指向的 Provider",
+    403: "这个 key 无权使用该模型或端点；检查 OPENAI_API_KEY 与账户权限",
+    404: "检查 OPENAI_MODEL 的模型名；OPENAI_BASE_URL 通常要以 /v1 结尾",
+    429: "触发频率限制或额度用完：检查余额与配额，稍后再试",
+}
+# Ollama、vLLM、llama.cpp、OpenRouter 等说“不支持工具”时的原话片段
+NO_TOOLS_PHRASES = (
+    "does not support tools",
+    "unsupported param: tools",
+    "tool choice requires",
+    "tools param requires",
+    "support tool use",
+    "does not support function calling",
+)
+HINT_NO_TOOLS = (
+    "这个模型或端点不支持 Tool Calling：换支持 tools 的模型"
+    "（vLLM 要开启自动工具选择，llama.cpp 要加 --jinja）"
+)
 
 
 def request_failure(error: Exception, step: int) -> AgentStop:
@@ -305,21 +404,24 @@ def request_failure(error: Exception, step: int) -> AgentStop:
     status, kind = getattr(error, "status_code", None), type(error).__name__
     if isinstance(status, int):
         said = provider_text(getattr(error, "body", None) or str(error))
-        if "tool" in said.lower():
+        if any(phrase in said.lower() for phrase in NO_TOOLS_PHRASES):
             hint = HINT_NO_TOOLS
+        elif status in HTTP_HINTS:
+            hint = HTTP_HINTS[status]
         else:
-            hint = HTTP_HINTS.get(
-                status,
-                "Provider 服务端出错：稍后再试" if status >= 500 else "按 Provider 的原话检查请求",
+            hint = (
+                "Provider 服务端出错：稍后再试" if status >= 500 else "按 Provider 的原话检查请求"
             )
         return AgentStop(PROVIDER, f"step {step}: HTTP {status}：{said}", hint, EXIT_REQUEST_FAILED)
+    cause = clip(str(error.__cause__ or error), 120)  # 例如 [Errno 111] Connection refused
     if "Timeout" in kind:
         what, hint = "请求超时", "检查网络；本地模型较慢时可调大 OPENAI_TIMEOUT（秒）"
     elif "Connection" in kind:
         what, hint = "连不上服务器", "检查 OPENAI_BASE_URL 的地址、端口，以及本地服务是否已启动"
     else:
-        what, hint = f"请求失败：{clip(str(error))}", "检查 openai 的版本与网络"
-    return AgentStop(SDK_NETWORK, f"step {step}: {what}（{kind}）", hint, EXIT_REQUEST_FAILED)
+        what, hint = "请求失败", "检查 openai 的版本与网络"
+    what = f"step {step}: {what}（{kind}: {cause}）"
+    return AgentStop(SDK_NETWORK, what, hint, EXIT_REQUEST_FAILED)
 
 
 def provider_text(body: object) -> str:
@@ -336,61 +438,6 @@ def provider_text(body: object) -> str:
         text = title.group(1) if title else re.sub(r"<[^>]+>", " ", body)
         return clip(re.sub(r"\s+", " ", text)) or "（空响应体）"
     return clip(body)
-
-
-# ---------------------------------------------------------------------------
-# 6. 在线运行：读取环境变量，创建 OpenAI SDK 客户端（只有这里导入 openai）
-# ---------------------------------------------------------------------------
-
-
-def read_config(environ: dict) -> dict:
-    """检查在线运行需要的环境变量，缺什么说什么；返回创建客户端所需的参数。"""
-    for name, hint in (
-        ("OPENAI_API_KEY", "本地服务（Ollama、llama.cpp）不校验 key，随便填一个即可，例如 local"),
-        ("OPENAI_MODEL", "填写 Provider 上支持 Tool Calling 的模型名"),
-    ):
-        if not environ.get(name, "").strip():
-            raise AgentStop(
-                HARNESS, f"缺少环境变量 {name}", f"export {name}=...；{hint}", EXIT_USAGE
-            )
-    base_url = environ.get("OPENAI_BASE_URL", "").strip() or None
-    if base_url and not re.match(r"https?://", base_url):
-        raise AgentStop(
-            HARNESS, "OPENAI_BASE_URL 要以 http:// 或 https:// 开头", HINT_BASE_URL, EXIT_USAGE
-        )
-    if base_url and base_url.rstrip("/").endswith("/chat/completions"):
-        hint = "只写到 /v1 为止，SDK 会自己拼上 /chat/completions"
-        raise AgentStop(HARNESS, "OPENAI_BASE_URL 不应包含 /chat/completions", hint, EXIT_USAGE)
-    raw_timeout = environ.get("OPENAI_TIMEOUT", "").strip()
-    try:
-        timeout = float(raw_timeout) if raw_timeout else DEFAULT_TIMEOUT_SECONDS
-    except ValueError:
-        timeout = 0.0
-    if not 0 < timeout < float("inf"):
-        hint = "填写秒数，例如 export OPENAI_TIMEOUT=60"
-        raise AgentStop(
-            HARNESS, f"OPENAI_TIMEOUT 不是正数：{clip(raw_timeout, 40)}", hint, EXIT_USAGE
-        )
-    api_key = environ["OPENAI_API_KEY"].strip()
-    if not api_key.isascii() or any(char.isspace() for char in api_key):
-        hint = "key 里混进了空格、换行或中文字符；重新复制一次"
-        raise AgentStop(HARNESS, "OPENAI_API_KEY 只能是不含空白的 ASCII 字符", hint, EXIT_USAGE)
-    return {
-        "api_key": api_key,
-        "base_url": base_url,
-        "timeout": timeout,
-        "max_retries": MAX_RETRIES,
-    }
-
-
-def make_client(config: dict) -> object:
-    """创建客户端：显式的超时（默认 60 秒，SDK 默认是 10 分钟）和较小的重试次数。"""
-    try:
-        from openai import OpenAI
-    except ImportError:
-        hint = "先运行：python -m pip install -r requirements.txt"
-        raise AgentStop(HARNESS, "没有安装 openai SDK", hint, EXIT_USAGE) from None
-    return OpenAI(**config)
 
 
 # ---------------------------------------------------------------------------
@@ -479,6 +526,13 @@ def check_router() -> None:
     expect(unknown["status"] == "error" and "delete_files" in unknown["message"], "未知工具应受控")
 
 
+ARTICLE_STEP_LINES = [
+    "step 1: finish_reason=tool_calls",
+    'step 1: multiply call_id=call_1 result={"status":"completed","result":3720}',
+    "step 2: finish_reason=stop",
+]
+
+
 def check_happy_path() -> None:
     final = "248 乘以 15 等于 3720。"
     outcome, client, messages, lines = run_fake(
@@ -500,13 +554,6 @@ def check_happy_path() -> None:
     expect(roles == ["user", "assistant", "tool", "assistant"], f"消息序列不对：{roles}")
     expect(messages[1]["content"] == "", "content 为 null 时应存成空字符串")
     expect(lines == ARTICLE_STEP_LINES, f"打印的步骤行与课文不同：{lines}")
-
-
-ARTICLE_STEP_LINES = [
-    "step 1: finish_reason=tool_calls",
-    'step 1: multiply call_id=call_1 result={"status":"completed","result":3720}',
-    "step 2: finish_reason=stop",
-]
 
 
 def check_parallel_calls() -> None:
@@ -569,7 +616,7 @@ SELF_CHECKS = [
     ("Router 把坏 JSON、多余/缺少/重复的键、未知工具变成受控错误", check_router),
     ("两次请求跑通，第二次请求带 call_1 与 3720", check_happy_path),
     ("并行的两个 Tool Call 按 id 配对", check_parallel_calls),
-    ("length、content_filter、矛盾或缺 id 的响应不执行、不当 Final", check_refused_responses),
+    ("length、content_filter、矛盾或缺 id 的响应不执行、不被当成 Final", check_refused_responses),
     ("MAX_STEPS 限制请求次数，最后的结果不发给模型", check_max_steps),
     ("reasoning_content 原样回传，不打印", check_reasoning_content),
 ]
@@ -598,30 +645,31 @@ USAGE = '用法：python lesson_03_tool_calling_loop.py [--self-check] [--show-m
 
 def main(argv: list, environ: dict) -> int:
     """命令行入口，返回退出码。"""
-    flags = [arg for arg in argv if arg.startswith("-")]
-    words = [arg for arg in argv if not arg.startswith("-")]
+    # 只有 -- 开头的才是选项：问题本身可以以 - 开头，例如 "-7 乘以 6"
+    flags = [arg for arg in argv if arg.startswith("--") or arg == "-h"]
+    words = [arg for arg in argv if arg not in flags]
     if "-h" in flags or "--help" in flags:
         print(USAGE)
         return EXIT_OK
     unknown = [flag for flag in flags if flag not in ("--self-check", "--show-messages")]
-    if unknown or len(words) > 1:
+    # 终端编码不对时，argv 里会混进无法按 UTF-8 发出去的字符
+    if unknown or len(words) > 1 or not all(is_text(word) and word.strip() for word in words):
         print(f"参数错误：{clip(unknown or words, 80)}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE
     if "--self-check" in flags:
         return self_check()
 
-    messages, secret = [], environ.get("OPENAI_API_KEY", "").strip()
+    messages = []
+    question = words[0] if words else DEFAULT_QUESTION
     try:
         client = make_client(read_config(environ))
-        model = environ["OPENAI_MODEL"].strip()
-        print(
-            f"Agent> {run_agent(client, model, words[0] if words else DEFAULT_QUESTION, messages)}"
-        )
+        answer = run_agent(client, environ["OPENAI_MODEL"].strip(), question, messages)
+        # 回答里的终端控制字符（改标题、清屏）不该作用到学习者的终端；换行保留
+        print(redact("Agent> " + re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", "", answer)))
         code = EXIT_OK
     except AgentStop as stop:
         last_ok = f"最后一个成功事件：{stop.last_ok}；" if stop.last_ok else ""
-        for line in (f"[{stop.link}] {stop.reason}", f"{last_ok}建议：{stop.hint}"):
-            print(line.replace(secret, "***") if secret else line, file=sys.stderr)
+        print(f"[{stop.link}] {stop.reason}\n{last_ok}建议：{stop.hint}", file=sys.stderr)
         code = stop.exit_code
     except KeyboardInterrupt:
         print("已中断（Ctrl-C）", file=sys.stderr)
@@ -632,9 +680,12 @@ def main(argv: list, environ: dict) -> int:
             {**m, "reasoning_content": "（已省略）"} if "reasoning_content" in m else m
             for m in messages
         ]
-        print(json.dumps(shown, ensure_ascii=False, indent=2))
+        print(redact(json.dumps(shown, ensure_ascii=False, indent=2)))
     return code
 
 
 if __name__ == "__main__":
+    for stream in (sys.stdout, sys.stderr):
+        # 模型或 Provider 送来的孤立代理字符、终端编码不支持的字符，都不该让打印崩溃
+        stream.reconfigure(errors="backslashreplace")
     sys.exit(main(sys.argv[1:], dict(os.environ)))

@@ -62,7 +62,9 @@ def test_bad_configuration_exits_2(extra, part):
     assert done.stderr.startswith("[Harness] ") and part in done.stderr
 
 
-@pytest.mark.parametrize("args", [("--selfcheck",), ("-x",), ("two", "questions")])
+@pytest.mark.parametrize(
+    "args", [("--selfcheck",), ("--x",), ("two", "questions"), ("",), ("   ",), (b"\xff\xfe",)]
+)
 def test_bad_arguments_exit_2_with_usage(args):
     done = run_cli(*args)
     assert done.returncode == 2

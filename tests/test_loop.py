@@ -1,9 +1,12 @@
 """run_agent() against SDK-shaped fakes: the message sequence and every stop-the-loop rule."""
 
 import json
+import unicodedata
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lesson_03_tool_calling_loop as lesson
 from lesson_03_tool_calling_loop import MAX_STEPS, AgentStop, fake_call, fake_response, run_fake
@@ -368,3 +371,73 @@ def test_request_failures_name_the_link_and_the_providers_words(
 )
 def test_provider_text_reads_every_error_envelope(body, text):
     assert text in lesson.provider_text(body)
+
+
+# --- whatever a provider sends, run_agent answers or raises AgentStop; nothing else ---------
+
+odd_text = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["\ud800", "\x1b[2J", "\x9b31m", "call_1", "multiply", "", " "]),
+)
+odd_value = st.one_of(st.none(), st.integers(), odd_text, st.lists(odd_text, max_size=2))
+odd_arguments = st.one_of(odd_value, st.just('{"a":248,"b":15}'), st.just('{"a":true,"b":15}'))
+odd_call = st.builds(
+    SimpleNamespace,
+    id=odd_value,
+    type=st.one_of(st.just("function"), odd_value),
+    function=st.one_of(
+        st.none(),
+        st.builds(
+            SimpleNamespace, name=st.one_of(st.just("multiply"), odd_value), arguments=odd_arguments
+        ),
+    ),
+)
+odd_message = st.one_of(
+    st.none(),
+    odd_text,
+    st.builds(
+        SimpleNamespace,
+        content=odd_value,
+        tool_calls=st.one_of(st.none(), st.lists(odd_call, max_size=3), odd_text),
+        reasoning_content=st.one_of(st.none(), odd_text),
+    ),
+)
+odd_reason = st.one_of(
+    st.sampled_from(["stop", "tool_calls", "length", "content_filter"]), odd_value
+)
+odd_response = st.one_of(
+    odd_value,
+    st.builds(
+        SimpleNamespace,
+        choices=st.one_of(
+            odd_value,
+            st.lists(
+                st.builds(SimpleNamespace, message=odd_message, finish_reason=odd_reason),
+                min_size=1,
+                max_size=2,
+            ),
+        ),
+    ),
+)
+
+
+def terminal_safe(line):
+    """No control characters (C0, DEL, C1) and no lone surrogates."""
+    return all(unicodedata.category(char) not in ("Cc", "Cs") for char in line)
+
+
+@settings(max_examples=300, deadline=None)
+@given(responses=st.lists(odd_response, min_size=MAX_STEPS, max_size=MAX_STEPS))
+def test_any_provider_output_ends_in_an_answer_or_an_agent_stop(responses):
+    outcome, client, messages, lines = run_fake(*responses)
+    assert isinstance(outcome, (str, AgentStop))
+    assert 1 <= len(client.requests) <= MAX_STEPS
+    for line in lines:
+        assert terminal_safe(line)
+    for message in messages:
+        json.dumps(message, ensure_ascii=False).encode("utf-8")  # the next request can be sent
+    tool_ids = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    assert len(tool_ids) == len(set(tool_ids)) or len(client.requests) > 1
+    if isinstance(outcome, AgentStop):
+        assert outcome.link in {"Harness", "Provider", "Model"} and outcome.last_ok
+        assert terminal_safe(outcome.reason)

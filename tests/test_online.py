@@ -65,17 +65,26 @@ def run_subprocess(env, *args):
     return Run(done.returncode, done.stdout, done.stderr)
 
 
-@pytest.fixture(params=["in-process", "cli"])
-def run(request, provider, capsys):
-    """Run the script against `provider` through main() or as a subprocess."""
-
+def make_runner(provider, capsys, mode):
     def runner(*args, **extra_env):
         env = environment(provider, **extra_env)
-        if request.param == "cli":
+        if mode == "cli":
             return run_subprocess(env, *args)
         return run_in_process(capsys, env, *args)
 
     return runner
+
+
+@pytest.fixture(params=["in-process", "cli"])
+def run_both(request, provider, capsys):
+    """Run the script against `provider` through main() in-process, and as a subprocess."""
+    return make_runner(provider, capsys, request.param)
+
+
+@pytest.fixture
+def run(provider, capsys):
+    """Run main() in-process: the real SDK and real HTTP, without a process start per case."""
+    return make_runner(provider, capsys, "in-process")
 
 
 def assert_clean_failure(result, code, first_line_start):
@@ -99,9 +108,9 @@ CALL_1 = tool_call("call_1", "multiply", ARGS_248_15)
 # --- happy path -----------------------------------------------------------------------------
 
 
-def test_happy_path_is_two_requests_and_the_articles_output(run, provider):
+def test_happy_path_is_two_requests_and_the_articles_output(run_both, provider):
     provider.script(tool_turn(CALL_1), FINAL)
-    result = run()
+    result = run_both()
     assert (result.code, result.err) == (0, "")
     assert result.out.splitlines() == ARTICLE_LINES
 
@@ -119,18 +128,18 @@ def test_happy_path_is_two_requests_and_the_articles_output(run, provider):
     ]
 
 
-def test_the_question_argument_is_the_user_message(run, provider):
+def test_the_question_argument_is_the_user_message(run_both, provider):
     provider.script(completion(content="42"))
-    result = run("帮我算一下 6 乘以 7")
+    result = run_both("帮我算一下 6 乘以 7")
     assert result.out.splitlines() == ["step 1: finish_reason=stop", "Agent> 42"]
     assert provider.requests[0].body["messages"] == [
         {"role": "user", "content": "帮我算一下 6 乘以 7"}
     ]
 
 
-def test_show_messages_prints_the_four_message_turn(run, provider):
+def test_show_messages_prints_the_four_message_turn(run_both, provider):
     provider.script(tool_turn(CALL_1, reasoning_content="内部推理：先乘"), FINAL)
-    result = run("--show-messages")
+    result = run_both("--show-messages")
     assert result.code == 0
     history = json.loads(result.out.split("Agent> 248 乘以 15 等于 3720。\n", 1)[1])
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant"]
@@ -138,18 +147,18 @@ def test_show_messages_prints_the_four_message_turn(run, provider):
     assert "内部推理" not in result.everything
 
 
-def test_show_messages_after_a_failure_shows_what_was_kept(run, provider):
+def test_show_messages_after_a_failure_shows_what_was_kept(run_both, provider):
     provider.script(tool_turn(CALL_1), completion(content="248 乘以", finish_reason="length"))
-    result = run("--show-messages")
+    result = run_both("--show-messages")
     assert result.code == 1
     history = json.loads(result.out[result.out.index("[") :])
     assert [m["role"] for m in history] == ["user", "assistant", "tool"]
 
 
-def test_parallel_calls_are_answered_in_order_each_paired(run, provider):
+def test_parallel_calls_are_answered_in_order_each_paired(run_both, provider):
     calls = [CALL_1, tool_call("call_2", "multiply", '{"a":6,"b":7}')]
     provider.script(tool_turn(*calls), completion(content="3720 和 42"))
-    result = run()
+    result = run_both()
     assert result.code == 0
     sent = provider.requests[1].body["messages"]
     assert sent[1]["tool_calls"] == calls
@@ -371,11 +380,11 @@ def test_untrustworthy_responses_stop_the_loop_and_run_nothing(
     assert "call_id=" not in result.out and "Agent>" not in result.out
 
 
-def test_the_step_limit_sends_exactly_eight_requests(run, provider):
+def test_the_step_limit_sends_exactly_eight_requests(run_both, provider):
     provider.script(
         *[tool_turn(tool_call(f"call_{n}", "multiply", ARGS_248_15)) for n in range(1, 12)]
     )
-    result = run()
+    result = run_both()
     assert_clean_failure(result, 1, "[Harness] 超过最大步骤数：8")
     assert len(provider.requests) == lesson.MAX_STEPS == 8
     assert "call_8" not in json.dumps(provider.requests[-1].body)
@@ -539,39 +548,229 @@ def test_http_errors_exit_3_with_the_providers_own_words(
     assert len(provider.requests) == attempts  # max_retries=1: only 5xx/429 are tried twice
 
 
-def test_a_failure_on_the_second_request_names_the_tool_result_as_last_success(run, provider):
+def test_a_failure_on_the_second_request_names_the_tool_result_as_last_success(run_both, provider):
     provider.script(
         tool_turn(CALL_1), Reply(status=400, json={"error": {"message": "bad history"}})
     )
-    result = run()
+    result = run_both()
     assert_clean_failure(result, 3, "[Provider] step 2: HTTP 400：bad history")
     assert "最后一个成功事件：step 1: call_1 的 Tool Result 已写入历史" in result.err
 
 
-def test_a_base_url_without_v1_gets_an_html_404_and_a_v1_hint(run, provider):
-    result = run(OPENAI_BASE_URL=provider.base_url[: -len("/v1")])
+def test_a_base_url_without_v1_gets_an_html_404_and_a_v1_hint(run_both, provider):
+    result = run_both(OPENAI_BASE_URL=provider.base_url[: -len("/v1")])
     assert_clean_failure(result, 3, "[Provider] step 1: HTTP 404：404 Not Found")
     assert "/v1" in result.err.splitlines()[1]
     assert [r.path for r in provider.requests] == ["/chat/completions"]
 
 
-def test_connection_refused_exits_3_naming_the_network(run, closed_port_url):
-    result = run(OPENAI_BASE_URL=closed_port_url)
+def test_connection_refused_exits_3_naming_the_network(run_both, closed_port_url):
+    result = run_both(OPENAI_BASE_URL=closed_port_url)
     assert_clean_failure(result, 3, "[SDK/网络] step 1: 连不上服务器")
     assert "OPENAI_BASE_URL" in result.err
 
 
-def test_a_read_timeout_exits_3_after_one_retry(run, provider):
+def test_a_read_timeout_exits_3_after_one_retry(run_both, provider):
     provider.script(Reply(delay=30, json=FINAL), Reply(delay=30, json=FINAL))
-    result = run(OPENAI_TIMEOUT="0.4")
+    result = run_both(OPENAI_TIMEOUT="0.4")
     assert_clean_failure(result, 3, "[SDK/网络] step 1: 请求超时")
     assert "OPENAI_TIMEOUT" in result.err
     assert len(provider.requests) == 2
 
 
-def test_the_client_uses_the_scripts_timeout_and_retry_settings():
+CLI_SAMPLES = [
+    ("stop", "tool calls with length", 1),
+    ("stop", "200 with an html page", 1),
+    ("stop", "finish_reason None", 1),
+    ("failure", "ollama without tools", 3),
+    ("failure", "401 echoing the whole key", 3),
+    ("failure", "error body is a json list", 3),
+]
+
+
+@pytest.mark.parametrize(("table", "case", "code"), CLI_SAMPLES, ids=[c for _, c, _ in CLI_SAMPLES])
+def test_the_command_line_reports_the_same_as_main(provider, capsys, table, case, code):
+    """The big tables above run in-process; a sample of them also through a real process."""
+    reply, reason_part = (STOPS[case][0], STOPS[case][2]) if table == "stop" else FAILURES[case][:2]
+    replies = [reply, reply] if table == "failure" else [reply]
+    provider.script(*replies, FINAL)
+    in_process = run_in_process(capsys, environment(provider))
+    provider.script(*replies, FINAL)
+    cli = run_subprocess(environment(provider))
+    assert (cli.code, cli.out, cli.err) == (in_process.code, in_process.out, in_process.err)
+    assert cli.code == code and reason_part in cli.err
+
+
+# --- hostile or broken input must never crash the harness ------------------------------------
+
+HOSTILE = {
+    "lone surrogate in the tool name": (
+        [tool_turn(tool_call("call_1", "mul\ud800", ARGS_248_15)), FINAL],
+        1,
+    ),
+    "lone surrogate in an argument key": (
+        [tool_turn(tool_call("call_1", "multiply", '{"a":248,"b":15,"\\ud800":1}')), FINAL],
+        0,
+    ),
+    "lone surrogate in the id": (
+        [tool_turn(tool_call("call_\ud800", "multiply", ARGS_248_15)), FINAL],
+        1,
+    ),
+    "lone surrogate in the answer": ([completion(content="答案\ud800 3720")], 1),
+    "lone surrogate beside tool calls": ([tool_turn(CALL_1, content="\udfff"), FINAL], 1),
+    "terminal escape in the answer": ([completion(content="\x1b]0;hacked\x07 3720")], 0),
+    "finish_reason is a list": ([completion(content="3720", finish_reason=["stop"])], 1),
+    "finish_reason is an object": ([completion(tool_calls=[CALL_1], finish_reason={"a": 1})], 1),
+    "message is a string": (
+        [{"choices": [{"index": 0, "message": "hello", "finish_reason": "stop"}]}],
+        1,
+    ),
+    "content is a list": ([completion(content=[{"type": "text", "text": "3720"}])], 1),
+    "content is a number": ([completion(content=3720)], 1),
+    "200 body is a json list": ([[{"error": {"message": "quota exceeded upstream"}}]], 1),
+    "200 body is a json string": ([Reply(json="hello")], 1),
+}
+
+
+@pytest.mark.parametrize(("replies", "code"), HOSTILE.values(), ids=HOSTILE.keys())
+def test_hostile_provider_output_never_crashes_the_harness(provider, replies, code):
+    provider.script(
+        *[json.loads(json.dumps(r)) if not isinstance(r, Reply) else r for r in replies]
+    )
+    result = run_subprocess(environment(provider))
+    assert result.code == code, result.everything
+    assert "Traceback" not in result.everything
+    assert "\x1b" not in result.everything
+    assert (result.err == "") == (code == 0)
+
+
+def test_a_surrogate_in_an_argument_key_reaches_the_terminal_escaped(provider):
+    provider.script(tool_turn(tool_call("call_1", "multiply", '{"a":2,"b":3,"\\ud800":1}')), FINAL)
+    result = run_subprocess(environment(provider))
+    assert result.code == 0
+    returned = json.loads(result.out.splitlines()[1].split(" result=", 1)[1])
+    assert returned["message"].endswith('["a", "b", "\\ud800"]')
+
+
+def test_a_200_json_list_shows_the_providers_words(run, provider):
+    provider.script([{"error": {"message": "quota exceeded upstream"}}])
+    result = run()
+    assert_clean_failure(
+        result, 1, "[Provider] step 1: Provider 用 HTTP 200 返回了错误：quota exceeded"
+    )
+
+
+def test_a_question_may_start_with_a_minus_sign(run, provider):
+    provider.script(completion(content="-42"))
+    assert run("-7 乘以 6").code == 0
+    assert provider.requests[0].body["messages"][0]["content"] == "-7 乘以 6"
+
+
+# --- the API key never appears, and masking does not garble short keys -----------------------
+
+
+def test_a_key_echoed_just_before_the_cut_is_not_partly_printed(run, provider):
+    message = "x" * 185 + f" key={KEY} rejected"
+    provider.script(Reply(status=401, json={"error": {"message": message}}))
+    result = run()
+    assert result.code == 3
+    assert KEY[:8] not in result.everything and "***" in result.err
+
+
+def test_a_key_in_the_answer_or_history_is_masked(run, provider):
+    provider.script(completion(content=f"你的 key 是 {KEY}"))
+    result = run("--show-messages")
+    assert result.code == 0
+    assert KEY not in result.everything
+    assert "Agent> 你的 key 是 ***" in result.out
+
+
+def test_a_short_local_key_is_not_used_to_mask_other_text(run, closed_port_url):
+    result = run(OPENAI_API_KEY="e", OPENAI_BASE_URL=closed_port_url)
+    assert result.err.startswith("[SDK/网络] step 1: 连不上服务器（APIConnectionError")
+    assert "***" not in result.err
+
+
+# --- configuration that only the SDK can judge ---------------------------------------------
+
+
+@pytest.mark.parametrize("base_url", ["http://127.0.0.1:abc/v1", "http://[::1/v1"])
+def test_a_base_url_the_sdk_cannot_parse_exits_2(run, base_url):
+    result = run(OPENAI_BASE_URL=base_url)
+    assert result.code == 2 and result.err.startswith("[Harness] 无法创建 OpenAI 客户端")
+    assert "Traceback" not in result.everything
+
+
+def test_an_exported_but_empty_base_url_means_the_official_endpoint(monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", "")
+    config = lesson.read_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": ""})
+    client = lesson.make_client(config)
+    assert (
+        str(client.base_url).rstrip("/") == lesson.DEFAULT_BASE_URL == "https://api.openai.com/v1"
+    )
+
+
+@pytest.mark.parametrize("timeout", ["1e308", "inf", "-1", "3601"])
+def test_an_unusable_timeout_is_a_configuration_error(run, provider, timeout):
+    result = run(OPENAI_TIMEOUT=timeout)
+    assert result.code == 2 and "OPENAI_TIMEOUT" in result.err
+    assert provider.requests == []
+
+
+def test_connection_errors_show_their_cause(run, closed_port_url):
+    result = run(OPENAI_BASE_URL=closed_port_url)
+    assert "Connection refused" in result.err.splitlines()[0]
+
+
+def test_an_error_that_merely_mentions_tools_gets_no_no_tools_hint(run, provider):
+    message = "thinking is enabled but reasoning_content is missing in assistant tool call message"
+    provider.script(Reply(status=400, json={"error": {"message": message}}))
+    result = run()
+    assert result.code == 3 and message in result.err
+    assert "不支持 Tool Calling" not in result.err
+
+
+def test_the_client_uses_the_scripts_timeout_and_retry_settings(monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     config = lesson.read_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"})
     client = lesson.make_client(config)
     assert client.max_retries == lesson.MAX_RETRIES == 1
     assert client.timeout == lesson.DEFAULT_TIMEOUT_SECONDS == 60
-    assert str(client.base_url).startswith("https://api.openai.com/v1")
+
+
+# --- the self-check's fakes have the SDK's shape ----------------------------------------------
+
+
+def sdk_response(body):
+    from openai.types.chat import ChatCompletion
+
+    return ChatCompletion.model_validate(body)
+
+
+def attribute_paths(response):
+    choice = response.choices[0]
+    call = choice.message.tool_calls[0]
+    return {
+        "finish_reason": choice.finish_reason,
+        "content": choice.message.content,
+        "id": call.id,
+        "type": call.type,
+        "name": call.function.name,
+        "arguments": call.function.arguments,
+    }
+
+
+def test_the_self_check_fakes_read_like_sdk_objects():
+    fake = lesson.fake_response("tool_calls", tool_calls=[lesson.fake_call("call_1")])
+    real = sdk_response(tool_turn(CALL_1))
+    assert attribute_paths(fake) == attribute_paths(real)
+
+
+def test_run_agent_treats_sdk_objects_and_fakes_alike():
+    real = lesson.run_fake(sdk_response(tool_turn(CALL_1)), sdk_response(FINAL))
+    fake = lesson.run_fake(
+        lesson.fake_response("tool_calls", tool_calls=[lesson.fake_call("call_1")]),
+        lesson.fake_response("stop", content="248 乘以 15 等于 3720。"),
+    )
+    assert real[0] == fake[0] and real[2] == fake[2] and real[3] == fake[3]
+    assert real[1].requests == fake[1].requests
