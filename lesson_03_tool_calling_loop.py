@@ -55,9 +55,9 @@ def json_type_name(value: object) -> str:
         str: "字符串",
         dict: "对象",
         list: "数组",
-        type(None): "null",
+        type(None): "空值 null",
     }
-    return names.get(type(value), type(value).__name__)
+    return names.get(type(value), f"「{type(value).__name__}」")
 
 
 # ---------------------------------------------------------------------------
@@ -273,11 +273,14 @@ def show_finish_reason(finish_reason: object) -> str:
 def check_choice(choice: object, finish_reason: object, step: int) -> tuple:
     """message 与 finish_reason 属于同一个 choice，必须一致；一致才返回 (message, tool_calls)。"""
     message = getattr(choice, "message", None)
-    content = getattr(message, "content", None)
     tool_calls = getattr(message, "tool_calls", None) or []
-    readable = hasattr(message, "content") and (content is None or is_text(content))
-    if not readable or not isinstance(tool_calls, list):
+    if not hasattr(message, "content") or not isinstance(tool_calls, list):
         raise AgentStop(PROVIDER, f"step {step}: choice 里没有可读的 message", HINT_ENDPOINT)
+    for field in ("content", "reasoning_content"):  # 这两个字段会原样回传，必须是文本
+        value = getattr(message, field, None)
+        if value is not None and not is_text(value):
+            what = f"step {step}: message.{field} 不是文本（收到的是{json_type_name(value)}）"
+            raise AgentStop(PROVIDER, what, HINT_ENDPOINT)
     if tool_calls and finish_reason != "tool_calls":
         raise refused_finish(finish_reason, step, with_tool_calls=True)
     if tool_calls:
@@ -309,7 +312,8 @@ def check_tool_calls(tool_calls: list, step: int) -> None:
         call_id, function = getattr(call, "id", None), getattr(call, "function", None)
         where = f"step {step}: 第 {index} 个 Tool Call"
         if not is_text(call_id) or not call_id:
-            raise AgentStop(PROVIDER, f"{where} 缺少 id，Tool Result 无法配对", HINT_ENDPOINT)
+            what = f"{where} 缺少 id（或 id 不是文本），Tool Result 无法配对"
+            raise AgentStop(PROVIDER, what, HINT_ENDPOINT)
         if call_id in seen:
             raise AgentStop(PROVIDER, f"{where} 的 id {clip(call_id, 80)} 重复", HINT_ENDPOINT)
         seen.add(call_id)
@@ -340,7 +344,12 @@ def read_config(environ: dict) -> dict:
                 HARNESS, f"缺少环境变量 {name}", f"export {name}=...；{hint}", EXIT_USAGE
             )
     api_key = environ["OPENAI_API_KEY"].strip()
-    SECRETS[:] = [api_key] if len(api_key) >= 8 else []  # 太短的 key 遮了只会把别的字弄乱
+    if len(api_key) >= 8:  # 更短的通常是本地服务的占位符，遮了只会把别的字弄乱
+        SECRETS.extend([api_key, json.dumps(api_key)[1:-1]])  # 后者是它在 JSON 里的写法
+    if not is_text(environ["OPENAI_MODEL"]):
+        raise AgentStop(
+            HARNESS, "OPENAI_MODEL 含有无法编码的字符", "检查终端编码后重新设置", EXIT_USAGE
+        )
     if not api_key.isascii() or any(char.isspace() for char in api_key):
         hint = "key 里混进了空格、换行或中文字符；重新复制一次"
         raise AgentStop(HARNESS, "OPENAI_API_KEY 只能是不含空白的 ASCII 字符", hint, EXIT_USAGE)
@@ -358,7 +367,9 @@ def read_config(environ: dict) -> dict:
     except ValueError:
         timeout = 0.0
     if not 0 < timeout <= MAX_TIMEOUT_SECONDS:
-        what = f"OPENAI_TIMEOUT 要在 0 到 {MAX_TIMEOUT_SECONDS:.0f} 秒之间：{clip(raw_timeout, 40)}"
+        what = (
+            f"OPENAI_TIMEOUT 要大于 0、不超过 {MAX_TIMEOUT_SECONDS:.0f} 秒：{clip(raw_timeout, 40)}"
+        )
         raise AgentStop(HARNESS, what, "例如 export OPENAI_TIMEOUT=60", EXIT_USAGE)
     return {
         "api_key": api_key,
@@ -417,6 +428,9 @@ def request_failure(error: Exception, step: int) -> AgentStop:
                 "Provider 服务端出错：稍后再试" if status >= 500 else "按 Provider 的原话检查请求"
             )
         return AgentStop(PROVIDER, f"step {step}: HTTP {status}：{said}", hint, EXIT_REQUEST_FAILED)
+    if isinstance(error, json.JSONDecodeError):  # HTTP 200，但响应体被截断或为空
+        what = f"step {step}: 响应体不是完整的 JSON（{clip(str(error), 80)}）"
+        return AgentStop(PROVIDER, what, HINT_BASE_URL, EXIT_REQUEST_FAILED)
     cause = clip(str(error.__cause__ or error), 120)  # 例如 [Errno 111] Connection refused
     if "Timeout" in kind:
         what, hint = "请求超时", "检查网络；本地模型较慢时可调大 OPENAI_TIMEOUT（秒）"
@@ -649,8 +663,8 @@ USAGE = '用法：python lesson_03_tool_calling_loop.py [--self-check] [--show-m
 
 def main(argv: list, environ: dict) -> int:
     """命令行入口，返回退出码。"""
-    # 只有 -- 开头的才是选项：问题本身可以以 - 开头，例如 "-7 乘以 6"
-    flags = [arg for arg in argv if arg.startswith("--") or arg == "-h"]
+    # 像 -x、--show-messages 这样的才是选项；问题本身可以以 - 开头，例如 "-7 乘以 6"
+    flags = [arg for arg in argv if re.fullmatch(r"--?[A-Za-z][\w-]*", arg)]
     words = [arg for arg in argv if arg not in flags]
     if "-h" in flags or "--help" in flags:
         print(USAGE)
@@ -663,8 +677,8 @@ def main(argv: list, environ: dict) -> int:
     if "--self-check" in flags:
         return self_check()
 
-    messages = []
-    question = words[0] if words else DEFAULT_QUESTION
+    messages, question = [], words[0] if words else DEFAULT_QUESTION
+    SECRETS.clear()
     try:
         client = make_client(read_config(environ))
         answer = run_agent(client, environ["OPENAI_MODEL"].strip(), question, messages)
@@ -690,6 +704,10 @@ def main(argv: list, environ: dict) -> int:
 
 if __name__ == "__main__":
     for stream in (sys.stdout, sys.stderr):
-        # 模型或 Provider 送来的孤立代理字符、终端编码不支持的字符，都不该让打印崩溃
-        stream.reconfigure(errors="backslashreplace")
-    sys.exit(main(sys.argv[1:], dict(os.environ)))
+        # 终端编码不支持的字符不该让打印崩溃；IDLE 等环境的输出流没有 reconfigure
+        getattr(stream, "reconfigure", lambda **_: None)(errors="backslashreplace")
+    try:
+        sys.exit(main(sys.argv[1:], dict(os.environ)))
+    except BrokenPipeError:  # 例如输出接到 head：读的一方先走了，不算错误
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EXIT_OK)

@@ -63,7 +63,17 @@ def test_bad_configuration_exits_2(extra, part):
 
 
 @pytest.mark.parametrize(
-    "args", [("--selfcheck",), ("--x",), ("two", "questions"), ("",), ("   ",), (b"\xff\xfe",)]
+    "args",
+    [
+        ("--selfcheck",),
+        ("-self-check",),
+        ("-help",),
+        ("-x",),
+        ("two", "questions"),
+        ("",),
+        ("   ",),
+        (b"\xff\xfe",),
+    ],
 )
 def test_bad_arguments_exit_2_with_usage(args):
     done = run_cli(*args)
@@ -84,3 +94,14 @@ def test_openai_not_installed_exits_2_with_the_install_command(tmp_path):
     done = run_cli(env={"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"}, pythonpath=tmp_path)
     assert_clean_failure(done, 2)
     assert "没有安装 openai" in done.stderr and "pip install -r requirements.txt" in done.stderr
+
+
+def test_a_model_name_that_cannot_be_encoded_exits_2():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    env = {k.encode(): v.encode() for k, v in env.items()}
+    env.update({b"OPENAI_API_KEY": KEY.encode(), b"OPENAI_MODEL": b"gpt-\xff"})
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert_clean_failure(done, 2)
+    assert "OPENAI_MODEL" in done.stderr

@@ -5,7 +5,7 @@ import unicodedata
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import lesson_03_tool_calling_loop as lesson
@@ -426,8 +426,16 @@ def terminal_safe(line):
     return all(unicodedata.category(char) not in ("Cc", "Cs") for char in line)
 
 
+def with_reasoning(reasoning_content):
+    response = calls(fake_call("call_1"))
+    response.choices[0].message.reasoning_content = reasoning_content
+    return response
+
+
 @settings(max_examples=300, deadline=None)
 @given(responses=st.lists(odd_response, min_size=MAX_STEPS, max_size=MAX_STEPS))
+@example(responses=[with_reasoning("\ud800")] + [final()] * (MAX_STEPS - 1))
+@example(responses=[with_reasoning(["not", "text"])] + [final()] * (MAX_STEPS - 1))
 def test_any_provider_output_ends_in_an_answer_or_an_agent_stop(responses):
     outcome, client, messages, lines = run_fake(*responses)
     assert isinstance(outcome, (str, AgentStop))

@@ -629,6 +629,12 @@ HOSTILE = {
     "content is a number": ([completion(content=3720)], 1),
     "200 body is a json list": ([[{"error": {"message": "quota exceeded upstream"}}]], 1),
     "200 body is a json string": ([Reply(json="hello")], 1),
+    "lone surrogate in reasoning_content": (
+        [tool_turn(CALL_1, reasoning_content="思考\ud800"), FINAL],
+        1,
+    ),
+    "200 body is cut off": ([Reply(body=b'{"choices": [', content_type="application/json")], 3),
+    "200 body is empty": ([Reply(body=b"", content_type="application/json")], 3),
 }
 
 
@@ -683,6 +689,14 @@ def test_a_key_in_the_answer_or_history_is_masked(run, provider):
     assert result.code == 0
     assert KEY not in result.everything
     assert "Agent> 你的 key 是 ***" in result.out
+
+
+def test_a_key_with_a_backslash_is_masked_in_its_json_form_too(run, provider):
+    key = "sk-review\\ABCDEFGH1234"
+    provider.script(completion(content=f"key={key}"))
+    result = run("--show-messages", OPENAI_API_KEY=key)
+    assert result.code == 0
+    assert "ABCDEFGH" not in result.everything
 
 
 def test_a_short_local_key_is_not_used_to_mask_other_text(run, closed_port_url):

@@ -1,6 +1,7 @@
 """The offline self-check: runs under -O, imports no openai, catches planted bugs."""
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,38 @@ def test_self_check_under_python_O_catches_a_planted_bug(tmp_path, original, pla
     assert done.returncode == 1, done.stdout
     assert "失败" in done.stderr and done.stderr.splitlines()[-1] == "self-check failed"
     assert "Traceback" not in done.stderr
+
+
+def test_a_reader_that_leaves_early_causes_no_traceback():
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `| head -c1` having already exited
+    try:
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), "--self-check"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0
+    assert "Traceback" not in done.stderr
+
+
+def test_output_streams_without_reconfigure_are_fine():
+    # IDLE's and Jupyter's stdout have no reconfigure(); runpy stands in for them here.
+    probe = (
+        "import io, runpy, sys\n"
+        "sys.stdout = io.StringIO()\n"
+        f"sys.argv = [{str(SCRIPT)!r}, '--self-check']\n"
+        "try:\n"
+        f"    runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
+        "except SystemExit as done:\n"
+        "    code = done.code\n"
+        "out = sys.stdout.getvalue()\n"
+        "sys.stdout = sys.__stdout__\n"
+        "print(code, out.splitlines()[-1])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "0 self-check passed", done.stderr
