@@ -1,0 +1,35 @@
+"""README promises that code must keep: its function map and its two set-up commands."""
+
+import builtins
+import re
+from pathlib import Path
+
+import lesson_03_tool_calling_loop as lesson
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_function_in_the_article_map_exists():
+    section = README.split("## 课文与代码的对照", 1)[1].split("\n## ", 1)[0]
+    # eval() is named there as what the lesson refuses to use, not as a function of ours
+    names = [name for name in re.findall(r"`(\w+)\(\)`", section) if name not in vars(builtins)]
+    assert len(names) >= 10
+    assert [name for name in names if not callable(getattr(lesson, name, None))] == []
+
+
+def test_the_two_set_up_commands_are_the_ones_ci_runs():
+    block = README.split("## 两条命令", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.splitlines() if line and not line.startswith("#")]
+    assert commands == [
+        "python lesson_03_tool_calling_loop.py --self-check",
+        "python -m pip install -r requirements-dev.txt && python -m pytest",
+    ]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert f"\n{commands[1]}\n" in ci
+
+
+def test_the_readme_shows_the_self_checks_real_last_lines():
+    shown = README.split("自检的结尾应是：", 1)[1].split("```", 2)[1].strip().splitlines()
+    last = f"[{len(lesson.SELF_CHECKS)}/{len(lesson.SELF_CHECKS)}] ok  {lesson.SELF_CHECKS[-1][0]}"
+    assert shown == [last, "self-check passed"]
