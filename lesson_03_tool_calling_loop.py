@@ -279,7 +279,7 @@ def check_choice(choice: object, finish_reason: object, step: int) -> tuple:
     for field in ("content", "reasoning_content"):  # 这两个字段会原样回传，必须是文本
         value = getattr(message, field, None)
         if value is not None and not is_text(value):
-            what = f"step {step}: message.{field} 不是文本（收到的是{json_type_name(value)}）"
+            what = f"step {step}: message.{field} 不是能原样回传的文本（{json_type_name(value)}）"
             raise AgentStop(PROVIDER, what, HINT_ENDPOINT)
     if tool_calls and finish_reason != "tool_calls":
         raise refused_finish(finish_reason, step, with_tool_calls=True)
