@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json as _json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +20,7 @@ NOT_FOUND_HTML = (
     b"<body><h1>404 Not Found</h1><p>nginx</p></body></html>"
 )
 EXHAUSTED = {"error": {"message": "test server: no scripted reply left"}}
+RECORDINGS = Path(__file__).resolve().parent / "recordings"
 
 
 class _Omit:
@@ -37,7 +41,13 @@ def _strip(d: dict) -> dict:
 
 @dataclass
 class Reply:
-    """One scripted HTTP answer: JSON (`json`) or raw bytes (`body`), optionally delayed."""
+    """One scripted HTTP answer: JSON (`json`) or raw bytes (`body`), optionally delayed.
+
+    `drip` > 0 sends the body one byte at a time, `drip` seconds apart (and the status line
+    and headers too with `drip_headers`). `raw` replaces the whole response, head included,
+    with these bytes as they are, then closes the connection; with `drip` its head (up to the
+    first blank line) goes at once unless `drip_headers`.
+    """
 
     status: int = 200
     json: Any = OMIT
@@ -45,6 +55,9 @@ class Reply:
     content_type: str | None = None
     headers: dict = field(default_factory=dict)
     delay: float = 0.0
+    drip: float = 0.0
+    drip_headers: bool = False
+    raw: bytes | None = None
 
     def encode(self) -> tuple[bytes, str]:
         """Return the response bytes and their content type."""
@@ -101,6 +114,44 @@ def tool_call(id, name, arguments, type="function", **extra) -> dict:
     return _strip(call)
 
 
+def _raw_200(headers: dict, body: bytes) -> bytes:
+    """Return a hand-written HTTP/1.1 200 response: these headers, then body as it is."""
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return f"HTTP/1.1 200 OK\r\n{head}\r\n".encode("latin-1") + body
+
+
+def broken_off(body: bytes, claimed: int | None = None) -> Reply:
+    """A 200 JSON reply whose Content-Length claims `claimed` bytes (default: 100 more than
+    body has) but which sends only body, then closes the connection."""
+    claimed = len(body) + 100 if claimed is None else claimed
+    headers = {"Content-Type": "application/json", "Content-Length": claimed}
+    return Reply(raw=_raw_200(headers, body))
+
+
+def bad_chunked() -> Reply:
+    """A 200 JSON reply with Transfer-Encoding: chunked whose chunk-size line is not hex."""
+    headers = {"Content-Type": "application/json", "Transfer-Encoding": "chunked"}
+    return Reply(raw=_raw_200(headers, b"zz\r\n{}\r\n0\r\n\r\n"))
+
+
+def bad_gzip(body: bytes) -> Reply:
+    """A 200 JSON reply labelled Content-Encoding: gzip whose body (sent as is) is not gzip."""
+    if body.startswith(b"\x1f\x8b"):
+        raise ValueError("bad_gzip: body starts with the gzip magic number")
+    return Reply(body=body, content_type="application/json", headers={"Content-Encoding": "gzip"})
+
+
+def recording(name: str) -> tuple[dict, Reply]:
+    """Load tests/recordings/<name>(.json); return its request body and a Reply replaying
+    its response (status, content type, body) as the real server sent it."""
+    path = RECORDINGS / (name if name.endswith(".json") else name + ".json")
+    recorded = _json.loads(path.read_text(encoding="utf-8"))
+    response = recorded["response"]
+    body = _json.dumps(response["body"], ensure_ascii=False).encode("utf-8")
+    reply = Reply(status=response["status"], content_type=response["content_type"], body=body)
+    return recorded["request"]["body"], reply
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
@@ -132,17 +183,54 @@ class _Handler(BaseHTTPRequestHandler):
         # A delay that stop() interrupts lets the suite end without waiting it out.
         if reply.delay and owner._stopping.wait(reply.delay):
             return
-        payload, content_type = reply.encode()
         try:
-            self.send_response(reply.status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(payload)))
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(payload)
+            if reply.raw is not None:
+                self._send_raw(reply)
+            else:
+                payload, content_type = reply.encode()
+                head = [("Content-Type", content_type), ("Content-Length", len(payload))]
+                head += reply.headers.items()  # after, as before: duplicates are sent too
+                self._send(self._head(reply.status, head), payload, reply)
         except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (e.g. its read timeout); nothing to tell it
+            self.close_connection = True  # the client gave up (e.g. its read timeout)
+
+    def _head(self, status: int, headers: list) -> bytes:
+        """Return the status line and (name, value) headers, as send_response() writes them."""
+        reason = self.responses.get(status, ("",))[0]
+        lines = [
+            f"{self.protocol_version} {status} {reason}",
+            f"Server: {self.version_string()}",
+            f"Date: {self.date_time_string()}",
+            *(f"{name}: {value}" for name, value in headers),
+        ]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def _send_raw(self, reply: Reply) -> None:
+        """Write reply.raw as the whole response, then end the connection for writing."""
+        self.close_connection = True
+        end = reply.raw.find(b"\r\n\r\n")
+        split = end + 4 if end >= 0 else 0  # no blank line: it is all "body" to drip
+        self._send(reply.raw[:split], reply.raw[split:], reply)
+        with contextlib.suppress(OSError):  # the client may already be gone
+            self.connection.shutdown(socket.SHUT_WR)
+
+    def _send(self, head: bytes, body: bytes, reply: Reply) -> None:
+        """Write head and body, dripping as the reply asks, until stop() or max_seconds."""
+        if reply.drip <= 0:
+            self.wfile.write(head + body)
+            return
+        owner = self.server.owner
+        deadline = time.monotonic() + owner.max_seconds
+        if not reply.drip_headers:
+            self.wfile.write(head)
+            self.wfile.flush()
+        dripped = head + body if reply.drip_headers else body
+        for byte in dripped:
+            if owner._stopping.wait(reply.drip) or time.monotonic() > deadline:
+                self.close_connection = True
+                return
+            self.wfile.write(bytes((byte,)))
+            self.wfile.flush()
 
 
 class _Server(ThreadingHTTPServer):
@@ -152,9 +240,13 @@ class _Server(ThreadingHTTPServer):
 
 
 class ProviderServer:
-    """Scripted OpenAI-compatible server on 127.0.0.1 (free port), for tests."""
+    """Scripted OpenAI-compatible server on 127.0.0.1 (free port), for tests.
 
-    def __init__(self) -> None:
+    A dripping reply stops, cut short, `max_seconds` after it starts being written.
+    """
+
+    def __init__(self, max_seconds: float = 30.0) -> None:
+        self.max_seconds = max_seconds
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._replies: list = []
@@ -218,4 +310,16 @@ class ProviderServer:
         return item if isinstance(item, Reply) else Reply(json=item)
 
 
-__all__ = ["OMIT", "ProviderServer", "RecordedRequest", "Reply", "completion", "tool_call"]
+__all__ = [
+    "OMIT",
+    "RECORDINGS",
+    "ProviderServer",
+    "RecordedRequest",
+    "Reply",
+    "bad_chunked",
+    "bad_gzip",
+    "broken_off",
+    "completion",
+    "recording",
+    "tool_call",
+]
