@@ -2,20 +2,16 @@
 # requires-python = ">=3.9"
 # dependencies = ["openai>=1.109.1,<4"]
 # ///
-"""第 3 课：跑通第一个 OpenAI-compatible Tool Calling Agent Loop。
+"""第 3 课：跑通第一个 OpenAI-compatible Tool Calling Agent Loop（课文的可执行版本）。
 
-消息序列：user -> assistant(tool_calls) -> tool(tool_call_id, result) -> assistant(final)
+一次完整的 Turn：user -> assistant(tool_calls) -> tool(tool_call_id, result) -> assistant(final)
 
-    python lesson_03_tool_calling_loop.py --self-check      # 离线自检，只用标准库
-    python lesson_03_tool_calling_loop.py ["问题"] [--show-messages]   # 在线运行
-
-在线运行读取 OPENAI_API_KEY、OPENAI_MODEL（必填）和 OPENAI_BASE_URL（可选）。
+第一部分是课文（§1–§7，编号与课文相同），第二部分是自检，第三部分收着真实世界需要、
+却不是本课主题的防护。读到第三部分之前，整课就已经读完了。用法见 --help。
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import io
 import json
 import os
@@ -23,23 +19,33 @@ import re
 import sys
 from types import SimpleNamespace
 
-MAX_STEPS = 8
-MAX_ABS_VALUE = 1_000_000
-MAX_ARGUMENTS_CHARS = 1_000  # 合法参数不到 40 个字符；上限挡住超长与深嵌套的输入
+EXIT_OK, EXIT_STOPPED, EXIT_USAGE, EXIT_REQUEST_FAILED, EXIT_OUTPUT_FAILED = 0, 1, 2, 3, 4
+
+
+# ===========================================================================
+# 第一部分：课文
+# ===========================================================================
+
+# ---------------------------------------------------------------------------
+# §1 模型只申请调用，Python 才执行工具
+# ---------------------------------------------------------------------------
+# 模型回的是一张“工具订单”：id、函数名和 JSON 参数。真正做乘法的，永远是下面的 Python 代码。
+# 这是普通的 Tool Calling Loop，不是 ReAct：ReAct 还要求推理轨迹与动作交错生成。
 DEFAULT_QUESTION = "帮我算一下 248 乘以 15"
 
-EXIT_OK, EXIT_STOPPED, EXIT_USAGE, EXIT_REQUEST_FAILED = 0, 1, 2, 3
-
 
 # ---------------------------------------------------------------------------
-# 1-2. 工具：模型只提供数据，Python 执行固定运算（不用 eval）
+# §2 不要让模型控制 eval()
 # ---------------------------------------------------------------------------
+# 模型写的表达式受用户和外部内容左右，eval() 却把它当 Python 代码执行：能读文件、起进程。
+# 所以这里不解析表达式：模型只交来两个整数，运算是写死的。
+MAX_ABS_VALUE = 1_000_000
 
 
 def multiply(a: int, b: int) -> int:
     """两个整数相乘；拒绝 bool、小数、字符串和超出范围的值。"""
     for name, value in (("a", a), ("b", b)):
-        # bool 是 int 的子类：不先排除，True 会被悄悄当成 1
+        # bool 是 int 的子类（isinstance(True, int) 为真）：不先排除，True 会被悄悄当成 1
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{name} 必须是整数，收到的是{json_type_name(value)}")
         if abs(value) > MAX_ABS_VALUE:
@@ -49,21 +55,15 @@ def multiply(a: int, b: int) -> int:
 
 def json_type_name(value: object) -> str:
     """用模型看得懂的 JSON 类型名描述一个值。"""
-    names = {
-        bool: "布尔值",
-        float: "小数",
-        str: "字符串",
-        dict: "对象",
-        list: "数组",
-        type(None): "空值 null",
-    }
-    return names.get(type(value), f"「{type(value).__name__}」")
+    names = {bool: "布尔值", float: "小数", str: "字符串", dict: "对象", list: "数组"}
+    return "空值 null" if value is None else names.get(type(value), f"「{type(value).__name__}」")
 
 
 # ---------------------------------------------------------------------------
-# 3. Schema：告诉模型参数应该怎样填写（它只是说明，不是执行前的门）
+# §3 Schema 和执行侧要同时校验
 # ---------------------------------------------------------------------------
-
+# Schema 只是给模型的填写说明。模型照样可能写出坏 JSON、未知工具、"248" 或多余字段，
+# 兼容端点按 Schema 校验的严格程度也各不相同，所以执行前真正的门是下面的 Router。
 TOOLS = [
     {
         "type": "function",
@@ -82,15 +82,15 @@ TOOLS = [
         },
     }
 ]
-
-
-# ---------------------------------------------------------------------------
-# 3. Router：执行前真正的门。模型能控制的任何输入都变成受控的 Tool Result
-# ---------------------------------------------------------------------------
+MAX_ARGUMENTS_CHARS = 1_000  # 合法参数不到 40 个字符；上限挡住超长数字与深嵌套
 
 
 def execute_tool(tool_call: object) -> str:
-    """校验一个 Tool Call 并执行 multiply，返回紧凑 JSON 字符串，从不抛异常。"""
+    """Router：校验一个 Tool Call 并执行 multiply，返回紧凑 JSON，从不抛异常。
+
+    参数填错只是这一单错了：{"status":"error"} 交回给模型，让它改正后再来。
+    只有协议状态本身不可信（缺 id、被截断、字段矛盾）时，run_agent 才停下整个 Loop。
+    """
     try:
         function = getattr(tool_call, "function", None)
         name = getattr(function, "name", None)
@@ -102,11 +102,12 @@ def execute_tool(tool_call: object) -> str:
         payload = {"status": "completed", "result": multiply(arguments["a"], arguments["b"])}
     except (ValueError, RecursionError) as error:
         payload = {"status": "error", "message": str(error)}
+    # 紧凑写法：课文的步骤行打印的就是它，不带空格
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
 def parse_arguments(arguments: object) -> dict:
-    """把 arguments 字符串解析成 JSON 对象；重复的键有歧义，直接拒绝。"""
+    """把 arguments 字符串解析成 JSON 对象；不替模型转换类型，也不猜重复键的意思。"""
     if not isinstance(arguments, str):
         raise ValueError(f"工具参数必须是 JSON 字符串，收到的是{json_type_name(arguments)}")
     if not arguments.strip():
@@ -123,7 +124,7 @@ def parse_arguments(arguments: object) -> dict:
 
 
 def reject_duplicate_keys(pairs: list) -> dict:
-    """json.loads 默认保留最后一个重复键；这里不替模型猜它想要哪个。"""
+    """json.loads 默认留下最后一个重复键；{"a":1,"a":248} 有歧义，直接拒绝。"""
     keys = [key for key, _ in pairs]
     repeated = sorted({key for key in keys if keys.count(key) > 1})
     if repeated:
@@ -132,335 +133,161 @@ def reject_duplicate_keys(pairs: list) -> dict:
 
 
 # ---------------------------------------------------------------------------
-# 外来文字：模型和 Provider 送来的字符串，打印或回传之前都要过这几道关
+# §4 有限步 Agent Loop
 # ---------------------------------------------------------------------------
-
-# 在线运行时 read_config() 把 API Key 放进来；任何外来文字在打印前都先遮住它
-SECRETS: list = []
-
-
-def redact(text: str) -> str:
-    """把已登记的 API Key 换成 ***。"""
-    for secret in SECRETS:
-        text = text.replace(secret, "***")
-    return text
+# MAX_STEPS 数的是模型请求，不是消息。它限住时间和费用，是最后的止损线；
+# 模型反复调用、工具反复报错、提示词缺少停止条件，这些根因它一个也修不了。
+MAX_STEPS = 8
+MAX_TOOL_CALLS = 32  # 一次响应最多执行几个调用；真实 Provider 的并行调用远少于此
+HARNESS, SDK_NETWORK, PROVIDER, MODEL = "Harness", "SDK/网络", "Provider", "Model"
 
 
-def clip(value: object, limit: int = 200) -> str:
-    """把任意外来的值变成一行可打印文本：遮住 key，去掉控制字符和孤立代理字符，限制长度。"""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
-    text = redact(text).encode("utf-8", "backslashreplace").decode("utf-8")
-    text = re.sub(r"[\x00-\x1f\x7f-\x9f]+", " ", text).strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+class AgentStop(Exception):
+    """让 Loop 停下的唯一异常：哪一环、原因、建议；run_agent 补上第几步和最后一个成功事件。"""
 
-
-def is_text(value: object) -> bool:
-    """是能按 UTF-8 原样发回去的字符串；JSON 里的孤立代理字符（如 \\ud800）做不到。"""
-    return isinstance(value, str) and value.encode("utf-8", "replace").decode() == value
-
-
-# ---------------------------------------------------------------------------
-# 4. 把 API 返回的 Assistant Message 存回历史
-# ---------------------------------------------------------------------------
+    def __init__(self, link: str, reason: str, hint: str, exit_code: int = EXIT_STOPPED):
+        super().__init__(reason)
+        self.link, self.reason, self.hint, self.exit_code = link, reason, hint, exit_code
+        self.step, self.last_ok = None, ""
 
 
 def assistant_message_from_api(message: object) -> dict:
-    """只保留 role、content、tool_calls（原样回传），以及 Provider 要求回传的 reasoning_content。"""
-    content, tool_calls = getattr(message, "content", None), getattr(message, "tool_calls", None)
+    """只存 role、content、tool_calls（原样），以及 Provider 要求回传的 reasoning_content。"""
     # null 与 "" 都合乎 OpenAI 协议，但 Ollama、旧版 LM Studio 拒收 null
-    saved = {"role": "assistant", "content": "" if content is None else content}
-    if tool_calls:
+    saved = {"role": "assistant", "content": message.content or ""}
+    if message.tool_calls:
         saved["tool_calls"] = [
             {
                 "id": call.id,
                 "type": call.type,
                 "function": {"name": call.function.name, "arguments": call.function.arguments},
             }
-            for call in tool_calls
+            for call in message.tool_calls
         ]
-    # DeepSeek、Kimi 的思考模式要求在工具回合原样带回它；其他私有字段一律不回传
-    reasoning_content = getattr(message, "reasoning_content", None)
-    if reasoning_content is not None:
-        saved["reasoning_content"] = reasoning_content
+    # DeepSeek、Kimi 的思考模式要求工具回合原样带回它；其他私有字段一律不回传
+    if getattr(message, "reasoning_content", None) is not None:
+        saved["reasoning_content"] = message.reasoning_content
     return saved
 
 
-# ---------------------------------------------------------------------------
-# 4. 有限步 Agent Loop：受控错误回给模型；协议状态不可信时停下整个 Loop
-# ---------------------------------------------------------------------------
-
-HARNESS, SDK_NETWORK, PROVIDER, MODEL = "Harness", "SDK/网络", "Provider", "Model"
-HINT_ENDPOINT = "这个端点的响应与 OpenAI 协议不一致，Harness 不会替它猜；换模型或端点再试"
-HINT_BASE_URL = "检查 OPENAI_BASE_URL 是否指向 API（通常以 /v1 结尾），以及 Provider 的原话"
-
-# finish_reason -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
-FINISH_REASONS = {
-    "length": (MODEL, "输出达到 Token 上限被截断", "缩短问题，或换上下文更大的模型"),
-    "content_filter": (PROVIDER, "内容被 Provider 过滤", "换一种问法；查看 Provider 的内容策略"),
-    "stop": (PROVIDER, "部分兼容端点的已知偏差", HINT_ENDPOINT),
-}
-UNKNOWN_FINISH_REASON = (PROVIDER, "不是 OpenAI 协议中的值", HINT_ENDPOINT)
-
-
-class AgentStop(Exception):
-    """Loop 停下的唯一异常：哪一环失败、原因、建议，以及最后一个成功事件。"""
-
-    def __init__(self, link: str, reason: str, hint: str, exit_code: int = EXIT_STOPPED):
-        super().__init__(reason)
-        self.link, self.reason, self.hint, self.exit_code = link, reason, hint, exit_code
-        self.last_ok = ""
+def reject_non_answer(message: object) -> None:
+    """finish_reason=stop 也可能不是回答：拒答、空回答、把工具调用写成了文字。"""
+    text = message.content or ""
+    if getattr(message, "refusal", None):
+        raise AgentStop(MODEL, f"模型拒绝回答：{clip(message.refusal)}", HINT_REFUSAL)
+    if not text.strip():
+        raise AgentStop(MODEL, "模型返回了空回答", HINT_EMPTY_ANSWER)
+    if looks_like_tool_call_text(text):  # 只报告：Harness 从不从文字里解析、执行调用
+        what = f"模型把调用写成了文字，端点没有把它变成 tool_calls：{clip(text, 120)}"
+        raise AgentStop(PROVIDER, what, HINT_CALL_AS_TEXT)
 
 
 def run_agent(client: object, model: str, user_text: str, messages: list | None = None) -> str:
     """最多发 MAX_STEPS 次模型请求，返回最终回答；传入 messages 可在外面看到历史。"""
     messages = [] if messages is None else messages
     messages.append({"role": "user", "content": user_text})
-    last_ok = "Harness 已就绪，还没有收到任何模型响应"
+    step, last_ok = 0, "Harness 已就绪，user 消息已写入历史"
     try:
         for step in range(1, MAX_STEPS + 1):
             try:
                 response = client.chat.completions.create(
                     model=model, messages=messages, tools=TOOLS
                 )
-            except Exception as error:  # SDK 的边界：连接、超时、HTTP 错误都从这里抛出
-                raise request_failure(error, step) from None
+            except Exception as error:  # 连接、超时、HTTP 错误都从 SDK 这里抛出
+                raise explain_request_failure(error) from None
             last_ok = f"step {step}: 收到 HTTP 响应"
-            choice = first_choice(response, step)
-            finish_reason = getattr(choice, "finish_reason", None)
-            print(f"step {step}: finish_reason={show_finish_reason(finish_reason)}")
-            message, tool_calls = check_choice(choice, finish_reason, step)
-            messages.append(assistant_message_from_api(message))
-            last_ok = f"step {step}: Assistant Message 通过协议检查并写入历史"
+            choice = usable_choice(response)  # 形状：有 choice，字段都是能原样回传的文本
+            message, finish_reason = choice.message, getattr(choice, "finish_reason", None)
+            tool_calls = message.tool_calls or []
+            print(f"step {step}: finish_reason={shown_value(finish_reason)}")
+            # 同一个 choice 的两个字段：tool_calls 说模型要什么，finish_reason 说为何停。须一致
+            if tool_calls and finish_reason != "tool_calls":
+                raise explain_finish_reason(finish_reason, with_tool_calls=True)
             if not tool_calls:
-                return message.content or ""
+                if finish_reason != "stop":  # length、content_filter、未知值都不是 Final
+                    raise explain_finish_reason(finish_reason, with_tool_calls=False)
+                reject_non_answer(message)
+                messages.append(assistant_message_from_api(message))
+                return message.content
+            ids = [getattr(call, "id", None) for call in tool_calls]
+            if not all(ids) or len(set(ids)) < len(ids):  # 缺 id 或重复，结果就无法配对
+                raise AgentStop(PROVIDER, "Tool Call 缺少 id 或 id 重复", HINT_ENDPOINT)
+            if len(tool_calls) > MAX_TOOL_CALLS:
+                raise AgentStop(HARNESS, f"一次要执行 {len(tool_calls)} 个调用", HINT_TOO_MANY)
+            # 先存 assistant：每条 Tool Result 都要回答历史里已经存在的那次调用
+            messages.append(assistant_message_from_api(message))
             for call in tool_calls:
                 result = execute_tool(call)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
                 name, call_id = clip(call.function.name, 60), clip(call.id, 80)
                 print(f"step {step}: {name} call_id={call_id} result={result}")
                 last_ok = f"step {step}: {call_id} 的 Tool Result 已写入历史"
-        # 第 MAX_STEPS 次请求的工具结果只留在本地：上限负责停车，不负责收尾
-        hint = "模型一直在调用工具；检查问题、模型能力，以及工具错误是否反复出现"
-        raise AgentStop(HARNESS, f"超过最大步骤数：{MAX_STEPS}", hint)
+        # 第 MAX_STEPS 次请求的结果只留在本地，模型看不到：上限负责停车，不负责收尾
+        raise AgentStop(HARNESS, f"超过最大步骤数：{MAX_STEPS}", HINT_MAX_STEPS)
     except AgentStop as stop:
-        stop.last_ok = last_ok
+        stop.step, stop.last_ok = step, last_ok
         raise
 
 
-def first_choice(response: object, step: int) -> object:
-    """取出 choices[0]；没有 choices 时，转述 Provider 自己说了什么。"""
-    choices = getattr(response, "choices", None)
-    if isinstance(choices, list) and choices:
-        return choices[0]
-    if isinstance(response, list) and response:
-        response = response[0]  # HTTP 200 的 JSON 列表，例如 [{"error": ...}]
-    if isinstance(response, str):
-        what = f"返回的不是 JSON（可能是一张网页）：{provider_text(response)}"
-    elif getattr(response, "error", None) is not None:
-        what = f"Provider 用 HTTP 200 返回了错误：{provider_text(response.error)}"
-    else:
-        what = "响应里没有 choices"
-    raise AgentStop(PROVIDER, f"step {step}: {what}", HINT_BASE_URL)
+# ---------------------------------------------------------------------------
+# §5 tool_call_id 为什么不能丢
+# ---------------------------------------------------------------------------
+# tool_call_id 是订单号：一次可能并行几个调用，模型靠它知道哪份结果回答哪次调用。
+# 本课只用三种 role：user（需求）、assistant（文字或 tool_calls）、tool（带 id 的结果）；
+# 不要把 Anthropic 的 tool_use/tool_result Content Block 和它混成一套协议。
 
 
-def show_finish_reason(finish_reason: object) -> str:
-    """正常的值原样显示；空串、null 等用 JSON 写法，免得在屏幕上看不见。"""
-    if isinstance(finish_reason, str) and finish_reason:
-        return clip(finish_reason, 40)
-    return clip(json.dumps(finish_reason, default=repr), 40)
-
-
-def check_choice(choice: object, finish_reason: object, step: int) -> tuple:
-    """message 与 finish_reason 属于同一个 choice，必须一致；一致才返回 (message, tool_calls)。"""
-    message = getattr(choice, "message", None)
-    tool_calls = getattr(message, "tool_calls", None) or []
-    if not hasattr(message, "content") or not isinstance(tool_calls, list):
-        raise AgentStop(PROVIDER, f"step {step}: choice 里没有可读的 message", HINT_ENDPOINT)
-    for field in ("content", "reasoning_content"):  # 这两个字段会原样回传，必须是文本
-        value = getattr(message, field, None)
-        if value is not None and not is_text(value):
-            what = f"step {step}: message.{field} 不是能原样回传的文本（{json_type_name(value)}）"
-            raise AgentStop(PROVIDER, what, HINT_ENDPOINT)
-    if tool_calls and finish_reason != "tool_calls":
-        raise refused_finish(finish_reason, step, with_tool_calls=True)
-    if tool_calls:
-        check_tool_calls(tool_calls, step)
-    elif finish_reason == "tool_calls":
-        what = "finish_reason=tool_calls，但消息里没有任何 Tool Call"
-        raise AgentStop(PROVIDER, f"step {step}: {what}", HINT_ENDPOINT)
-    elif finish_reason != "stop":
-        raise refused_finish(finish_reason, step, with_tool_calls=False)
-    return message, tool_calls
-
-
-def refused_finish(finish_reason: object, step: int, with_tool_calls: bool) -> AgentStop:
-    """length、content_filter 和未知值都不能伪装成 Tool Call 或 Final。"""
-    known = isinstance(finish_reason, str) and finish_reason in FINISH_REASONS
-    link, meaning, hint = FINISH_REASONS[finish_reason] if known else UNKNOWN_FINISH_REASON
-    shown = clip(json.dumps(finish_reason, ensure_ascii=False, default=repr), 40)
-    if with_tool_calls:
-        what = f"有 Tool Call 却 finish_reason={shown}（{meaning}），两者矛盾，一个工具都没执行"
-    else:
-        what = f"模型没有正常结束：finish_reason={shown}（{meaning}），不能当成最终回答"
-    return AgentStop(link, f"step {step}: {what}", hint)
-
-
-def check_tool_calls(tool_calls: list, step: int) -> None:
-    """每个调用都要能配对（非空、唯一的 id）、能读懂（type=function）；否则一个都不执行。"""
-    seen = set()
-    for index, call in enumerate(tool_calls, start=1):
-        call_id, function = getattr(call, "id", None), getattr(call, "function", None)
-        where = f"step {step}: 第 {index} 个 Tool Call"
-        if not is_text(call_id) or not call_id:
-            what = f"{where} 缺少 id（或 id 不是文本），Tool Result 无法配对"
-            raise AgentStop(PROVIDER, what, HINT_ENDPOINT)
-        if call_id in seen:
-            raise AgentStop(PROVIDER, f"{where} 的 id {clip(call_id, 80)} 重复", HINT_ENDPOINT)
-        seen.add(call_id)
-        # name 与 arguments 必须是能原样回传的字符串；至于内容对不对，交给 Router 判断
-        fields = (getattr(function, "name", None), getattr(function, "arguments", None))
-        if getattr(call, "type", None) != "function" or not all(is_text(f) for f in fields):
-            raise AgentStop(PROVIDER, f"{where} 不是可读的 function 调用", HINT_ENDPOINT)
+def pairing_problems(messages: list) -> list:
+    """OpenAI 的配对规则：tool 消息回答前一条 assistant 的调用，每个调用恰好回答一次。"""
+    problems, open_ids = [], []
+    for message in messages:
+        if message["role"] == "tool":
+            if message.get("tool_call_id") in open_ids:
+                open_ids.remove(message["tool_call_id"])
+            else:
+                problems.append(f"结果 {message.get('tool_call_id')!r} 没有对应的调用")
+            continue
+        problems += [f"调用 {call_id!r} 没有结果" for call_id in open_ids]
+        open_ids = [call["id"] for call in message.get("tool_calls", [])]
+    return problems + [f"调用 {call_id!r} 没有结果" for call_id in open_ids]
 
 
 # ---------------------------------------------------------------------------
-# 6. 在线运行：读取环境变量，创建 OpenAI SDK 客户端（只有这里导入 openai），翻译请求失败
+# §6 运行：连上真实端点
 # ---------------------------------------------------------------------------
-
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_TIMEOUT_SECONDS = 60.0  # SDK 默认等 10 分钟，学习时太久
-MAX_TIMEOUT_SECONDS = 3600.0
-MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试也没用
-
-
-def read_config(environ: dict) -> dict:
-    """检查在线运行需要的环境变量，缺什么说什么；返回创建客户端所需的参数。"""
-    for name, hint in (
-        ("OPENAI_API_KEY", "本地服务（Ollama、llama.cpp）不校验 key，随便填一个即可，例如 local"),
-        ("OPENAI_MODEL", "填写 Provider 上支持 Tool Calling 的模型名"),
-    ):
-        if not environ.get(name, "").strip():
-            raise AgentStop(
-                HARNESS, f"缺少环境变量 {name}", f"export {name}=...；{hint}", EXIT_USAGE
-            )
-    api_key = environ["OPENAI_API_KEY"].strip()
-    if len(api_key) >= 8:  # 更短的通常是本地服务的占位符，遮了只会把别的字弄乱
-        SECRETS.extend([api_key, json.dumps(api_key)[1:-1]])  # 后者是它在 JSON 里的写法
-    if not is_text(environ["OPENAI_MODEL"]):
-        raise AgentStop(
-            HARNESS, "OPENAI_MODEL 含有无法编码的字符", "检查终端编码后重新设置", EXIT_USAGE
-        )
-    if not api_key.isascii() or any(char.isspace() for char in api_key):
-        hint = "key 里混进了空格、换行或中文字符；重新复制一次"
-        raise AgentStop(HARNESS, "OPENAI_API_KEY 只能是不含空白的 ASCII 字符", hint, EXIT_USAGE)
-    # 显式给出默认地址：否则 SDK 会自己去读一个 export 了却为空的 OPENAI_BASE_URL
-    base_url = environ.get("OPENAI_BASE_URL", "").strip() or DEFAULT_BASE_URL
-    if not re.match(r"https?://", base_url):
-        what = "OPENAI_BASE_URL 要以 http:// 或 https:// 开头"
-        raise AgentStop(HARNESS, what, HINT_BASE_URL, EXIT_USAGE)
-    if base_url.rstrip("/").endswith("/chat/completions"):
-        hint = "只写到 /v1 为止，SDK 会自己拼上 /chat/completions"
-        raise AgentStop(HARNESS, "OPENAI_BASE_URL 不应包含 /chat/completions", hint, EXIT_USAGE)
-    raw_timeout = environ.get("OPENAI_TIMEOUT", "").strip()
-    try:
-        timeout = float(raw_timeout) if raw_timeout else DEFAULT_TIMEOUT_SECONDS
-    except ValueError:
-        timeout = 0.0
-    if not 0 < timeout <= MAX_TIMEOUT_SECONDS:
-        what = (
-            f"OPENAI_TIMEOUT 要大于 0、不超过 {MAX_TIMEOUT_SECONDS:.0f} 秒：{clip(raw_timeout, 40)}"
-        )
-        raise AgentStop(HARNESS, what, "例如 export OPENAI_TIMEOUT=60", EXIT_USAGE)
-    return {
-        "api_key": api_key,
-        "base_url": base_url,
-        "timeout": timeout,
-        "max_retries": MAX_RETRIES,
-    }
+# 在线运行读三个环境变量：OPENAI_API_KEY、OPENAI_MODEL，和第三方端点才需要的
+# OPENAI_BASE_URL。发出请求之前，check_config() 先把它们检查一遍；不读任何本地登录文件。
 
 
 def make_client(config: dict) -> object:
-    """创建客户端：显式的超时和较小的重试次数。"""
+    """创建 OpenAI SDK 客户端（只有这里导入 openai），给整次请求加上总期限。"""
     try:
         from openai import OpenAI
     except ImportError:
-        hint = "先运行：python -m pip install -r requirements.txt"
-        raise AgentStop(HARNESS, "没有安装 openai SDK", hint, EXIT_USAGE) from None
+        raise AgentStop(HARNESS, "没有安装 openai SDK", HINT_INSTALL, EXIT_USAGE) from None
     try:
-        return OpenAI(**config)
-    except Exception as error:  # 例如 OPENAI_BASE_URL 里的端口不是数字
-        what = f"无法创建 OpenAI 客户端：{clip(str(error))}"
-        raise AgentStop(HARNESS, what, HINT_BASE_URL, EXIT_USAGE) from None
-
-
-HTTP_HINTS = {
-    401: "检查 OPENAI_API_KEY 是否正确、是否属于 OPENAI_BASE_URL 指向的 Provider",
-    403: "这个 key 无权使用该模型或端点；检查 OPENAI_API_KEY 与账户权限",
-    404: "检查 OPENAI_MODEL 的模型名；OPENAI_BASE_URL 通常要以 /v1 结尾",
-    429: "触发频率限制或额度用完：检查余额与配额，稍后再试",
-}
-# Ollama、vLLM、llama.cpp、OpenRouter 等说“不支持工具”时的原话片段
-NO_TOOLS_PHRASES = (
-    "does not support tools",
-    "unsupported param: tools",
-    "tool choice requires",
-    "tools param requires",
-    "support tool use",
-    "does not support function calling",
-)
-HINT_NO_TOOLS = (
-    "这个模型或端点不支持 Tool Calling：换支持 tools 的模型"
-    "（vLLM 要开启自动工具选择，llama.cpp 要加 --jinja）"
-)
-
-
-def request_failure(error: Exception, step: int) -> AgentStop:
-    """把 SDK 的异常翻译成能照着检查的话；按属性和类名判断，自检时不必导入 openai。"""
-    status, kind = getattr(error, "status_code", None), type(error).__name__
-    if isinstance(status, int):
-        said = provider_text(getattr(error, "body", None) or str(error))
-        if any(phrase in said.lower() for phrase in NO_TOOLS_PHRASES):
-            hint = HINT_NO_TOOLS
-        elif status in HTTP_HINTS:
-            hint = HTTP_HINTS[status]
-        else:
-            hint = (
-                "Provider 服务端出错：稍后再试" if status >= 500 else "按 Provider 的原话检查请求"
-            )
-        return AgentStop(PROVIDER, f"step {step}: HTTP {status}：{said}", hint, EXIT_REQUEST_FAILED)
-    if isinstance(error, json.JSONDecodeError):  # HTTP 200，但响应体被截断或为空
-        what = f"step {step}: 响应体不是完整的 JSON（{clip(str(error), 80)}）"
-        return AgentStop(PROVIDER, what, HINT_BASE_URL, EXIT_REQUEST_FAILED)
-    cause = clip(str(error.__cause__ or error), 120)  # 例如 [Errno 111] Connection refused
-    if "Timeout" in kind:
-        what, hint = "请求超时", "检查网络；本地模型较慢时可调大 OPENAI_TIMEOUT（秒）"
-    elif "Connection" in kind:
-        what, hint = "连不上服务器", "检查 OPENAI_BASE_URL 的地址、端口，以及本地服务是否已启动"
-    else:
-        what, hint = "请求失败", "检查 openai 的版本与网络"
-    what = f"step {step}: {what}（{kind}: {cause}）"
-    return AgentStop(SDK_NETWORK, what, hint, EXIT_REQUEST_FAILED)
-
-
-def provider_text(body: object) -> str:
-    """从各种错误体里取出 Provider 的原话：JSON 对象、JSON 列表、其他信封或 HTML。"""
-    if isinstance(body, list) and body:
-        body = body[0]  # Gemini 兼容端点把错误包在列表里
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict):
-            return clip(inner.get("message") or inner)
-        return clip(inner)
-    if isinstance(body, str):
-        title = re.search(r"<title>(.*?)</title>", body, re.IGNORECASE | re.DOTALL)
-        text = title.group(1) if title else re.sub(r"<[^>]+>", " ", body)
-        return clip(re.sub(r"\s+", " ", text)) or "（空响应体）"
-    return clip(body)
+        client = OpenAI(
+            api_key=config["api_key"],
+            base_url=config["base_url"],
+            timeout=config["timeout"],
+            max_retries=MAX_RETRIES,
+        )
+    except Exception as error:  # 地址里有 SDK 也解析不了的部分
+        raise config_error(f"无法创建 OpenAI 客户端：{clip(str(error))}", HINT_BASE_URL) from None
+    return DeadlineClient(client, config["deadline"])
 
 
 # ---------------------------------------------------------------------------
-# 6. 自检：用与 SDK 响应同形的假对象，离线验证本课的每条规则
+# §7 下一课从哪里接上
 # ---------------------------------------------------------------------------
+# messages 现在是一个完整的 Turn，但只活在进程内存里。崩溃后要接着来：Session 存消息，
+# Checkpoint 存跑到了哪里；工具有外部副作用（邮件、付款）时，还要 Execution Ledger 记下
+# 实际执行过什么，幂等保证重试不重做。纯乘法没有副作用。
+
+
+# ===========================================================================
+# 第二部分：自检
+# ===========================================================================
 
 
 class SelfCheckFailed(Exception):
@@ -473,49 +300,45 @@ def expect(condition: bool, what: str) -> None:
         raise SelfCheckFailed(what)
 
 
-def fake_call(
-    call_id: object, arguments: str = '{"a":248,"b":15}', name: str = "multiply"
-) -> object:
+def fake_call(call_id: object, arguments: str = '{"a":248,"b":15}', name: str = "multiply"):
     """形状同 SDK 的 ChatCompletionMessageToolCall：call.id / .type / .function.name。"""
     function = SimpleNamespace(name=name, arguments=arguments)
     return SimpleNamespace(id=call_id, type="function", function=function)
 
 
-def fake_response(
-    finish_reason: object, content: object = None, tool_calls: object = None
-) -> object:
+def fake_response(finish_reason: object, content: object = None, tool_calls: object = None):
     """形状同 SDK 的 ChatCompletion：response.choices[0].message / .finish_reason。"""
     message = SimpleNamespace(role="assistant", content=content, tool_calls=tool_calls)
     return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason=finish_reason)])
 
 
 class FakeClient:
-    """按顺序返回预设响应，并记下每次请求参数的快照（SDK 也在调用时序列化）。"""
+    """按顺序返回预设响应，并记下每次请求的 JSON 快照（SDK 也在调用时序列化）。"""
 
     def __init__(self, *responses: object):
         self.responses, self.requests = list(responses), []
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
 
-    def create(self, **kwargs: object) -> object:
-        self.requests.append(copy.deepcopy(kwargs))
+    def create(self, **request: object) -> object:
+        self.requests.append(json.loads(json.dumps(request)))
         return self.responses.pop(0)
 
 
 def run_fake(*responses: object) -> tuple:
     """用假客户端跑一次 Loop，返回 (回答或 AgentStop, 客户端, 历史, 打印的行)。"""
-    client, messages, out = FakeClient(*responses), [], io.StringIO()
-    with contextlib.redirect_stdout(out):
-        try:
-            outcome = run_agent(client, "fake-model", DEFAULT_QUESTION, messages)
-        except AgentStop as stop:
-            outcome = stop
-    return outcome, client, messages, out.getvalue().splitlines()
+    client, messages, saved, sys.stdout = FakeClient(*responses), [], sys.stdout, io.StringIO()
+    try:
+        outcome = run_agent(client, "fake-model", DEFAULT_QUESTION, messages)
+    except AgentStop as stop:
+        outcome = stop
+    finally:
+        printed, sys.stdout = sys.stdout.getvalue(), saved
+    return outcome, client, messages, printed.splitlines()
 
 
 def check_multiply() -> None:
     expect(multiply(248, 15) == 3720, "multiply(248, 15) 应为 3720")
-    bad = [(True, 15), (248, False), ("248", 15), (248.0, 15), (None, 15), (MAX_ABS_VALUE + 1, 2)]
-    for a, b in bad:
+    for a, b in [(True, 15), (248, False), ("248", 15), (248.0, 15), (None, 15), (10**6 + 1, 2)]:
         try:
             multiply(a, b)
         except ValueError:
@@ -523,23 +346,22 @@ def check_multiply() -> None:
         raise SelfCheckFailed(f"multiply({a!r}, {b!r}) 应被拒绝")
 
 
+def check_schema() -> None:
+    parameters = TOOLS[0]["function"]["parameters"]
+    integer = {"type": "integer"}
+    expect(parameters["properties"] == {"a": integer, "b": integer}, "a、b 都应是 integer")
+    expect(sorted(parameters["required"]) == ["a", "b"], "a、b 都应是必填")
+    expect(parameters.get("additionalProperties") is False, "Schema 应禁止多余字段")
+
+
 def check_router() -> None:
     ok = execute_tool(fake_call("call_1"))
     expect(ok == '{"status":"completed","result":3720}', f"成功结果应是紧凑 JSON，实际 {ok}")
-    bad_arguments = {
-        "多余的键": '{"a":248,"b":15,"c":1}',
-        "缺少的键": '{"a":248}',
-        "重复的键": '{"a":1,"a":248,"b":15}',
-        "坏 JSON": '{"a":248,',
-        "非对象 JSON": "[248, 15]",
-        "空字符串": "",
-        "字符串数字": '{"a":"248","b":15}',
-        "布尔值": '{"a":true,"b":15}',
-        "深嵌套": "[" * 100_000,
-    }
-    for label, arguments in bad_arguments.items():
+    bad = ['{"a":248,"b":15,"c":1}', '{"a":248}', '{"a":1,"a":248,"b":15}', '{"a":248,', "[1, 2]"]
+    bad += ["", '{"a":"248","b":15}', '{"a":true,"b":15}', "[" * 100_000]
+    for arguments in bad:
         result = json.loads(execute_tool(fake_call("call_x", arguments)))
-        expect(result["status"] == "error", f"{label} 应得到受控错误，实际 {result}")
+        expect(result["status"] == "error", f"{arguments[:30]} 应得到受控错误，实际 {result}")
     unknown = json.loads(execute_tool(fake_call("call_x", name="delete_files")))
     expect(unknown["status"] == "error" and "delete_files" in unknown["message"], "未知工具应受控")
 
@@ -558,15 +380,10 @@ def check_happy_path() -> None:
         fake_response("stop", content=final),
     )
     expect(outcome == final and len(client.requests) == 2, f"应两次请求后得到回答：{outcome}")
-    expect(
-        set(client.requests[0]) == {"model", "messages", "tools"}, "请求只带 model/messages/tools"
-    )
+    expect(set(client.requests[0]) == {"model", "messages", "tools"}, "请求只带三个参数")
     sent = client.requests[1]["messages"][-1]
-    want = {
-        "role": "tool",
-        "tool_call_id": "call_1",
-        "content": '{"status":"completed","result":3720}',
-    }
+    result = '{"status":"completed","result":3720}'
+    want = {"role": "tool", "tool_call_id": "call_1", "content": result}
     expect(sent == want, f"第二次请求应带 call_1 的结果 3720，实际 {sent}")
     roles = [m["role"] for m in messages]
     expect(roles == ["user", "assistant", "tool", "assistant"], f"消息序列不对：{roles}")
@@ -574,26 +391,32 @@ def check_happy_path() -> None:
     expect(lines == ARTICLE_STEP_LINES, f"打印的步骤行与课文不同：{lines}")
 
 
-def check_parallel_calls() -> None:
+def check_pairing() -> None:
     two_calls = [fake_call("call_1"), fake_call("call_2", '{"a":6,"b":7}')]
     _, _, messages, _ = run_fake(
         fake_response("tool_calls", tool_calls=two_calls), fake_response("stop", content="好")
     )
     pairs = [(m["tool_call_id"], json.loads(m["content"])["result"]) for m in messages[2:4]]
     expect(pairs == [("call_1", 3720), ("call_2", 42)], f"并行调用应按 id 配对：{pairs}")
+    expect(pairing_problems(messages) == [], f"历史应能配对：{pairing_problems(messages)}")
+    lost = [*messages[:2], {**messages[2], "tool_call_id": ""}, *messages[3:]]
+    expect(len(pairing_problems(lost)) == 2, "丢了 tool_call_id 的历史应被查出来")
 
 
 def check_refused_responses() -> None:
+    calls = [fake_call("call_1")]
     cases = {
         "finish_reason=length": fake_response("length", content="248 乘以 15 等于"),
         "finish_reason=content_filter": fake_response("content_filter", content="..."),
         "未知 finish_reason": fake_response("eos", content="3720"),
-        "Tool Call + length": fake_response("length", tool_calls=[fake_call("call_1", '{"a":2')]),
-        "Tool Call + stop": fake_response("stop", tool_calls=[fake_call("call_1")]),
+        "Tool Call + length": fake_response("length", tool_calls=[fake_call("c", '{"a":2')]),
+        "Tool Call + stop": fake_response("stop", tool_calls=calls),
         "缺少 id": fake_response("tool_calls", tool_calls=[fake_call(None)]),
-        "重复 id": fake_response("tool_calls", tool_calls=[fake_call("c1"), fake_call("c1")]),
+        "重复 id": fake_response("tool_calls", tool_calls=calls * 2),
         "tool_calls 为空": fake_response("tool_calls", tool_calls=[]),
         "choices 为空": SimpleNamespace(choices=[]),
+        "空回答": fake_response("stop", content=" "),
+        "写成文字的调用": fake_response("stop", content='{"name":"multiply","arguments":{}}'),
     }
     for label, response in cases.items():
         outcome, client, messages, _ = run_fake(response)
@@ -602,16 +425,12 @@ def check_refused_responses() -> None:
 
 
 def check_max_steps() -> None:
-    calls = [[fake_call(f"call_{n}")] for n in range(1, MAX_STEPS + 2)]
-    outcome, client, messages, _ = run_fake(
-        *[fake_response("tool_calls", tool_calls=c) for c in calls]
-    )
-    expect(
-        getattr(outcome, "reason", "") == f"超过最大步骤数：{MAX_STEPS}",
-        f"应停在步数上限：{outcome}",
-    )
+    responses = [fake_response("tool_calls", tool_calls=[fake_call(f"call_{n}")]) for n in range(9)]
+    outcome, client, messages, _ = run_fake(*responses, *responses)
+    reason = getattr(outcome, "reason", "")
+    expect(reason == f"超过最大步骤数：{MAX_STEPS}", f"应停在步数上限：{outcome}")
     expect(len(client.requests) == MAX_STEPS, f"应正好发出 {MAX_STEPS} 次请求")
-    last = f"call_{MAX_STEPS}"
+    last = f"call_{MAX_STEPS - 1}"
     expect(messages[-1].get("tool_call_id") == last, "最后一次工具结果应写入本地历史")
     sent_ids = [m.get("tool_call_id") for m in client.requests[-1]["messages"]]
     expect(last not in sent_ids, "最后一次工具结果不应发给模型")
@@ -631,17 +450,22 @@ def check_reasoning_content() -> None:
 
 SELF_CHECKS = [
     ("multiply 拒绝 bool、字符串、小数、None 和超范围的值", check_multiply),
+    ("Schema：a、b 都是 integer、都必填，不许多余字段", check_schema),
     ("Router 把坏 JSON、多余/缺少/重复的键、未知工具变成受控错误", check_router),
     ("两次请求跑通，第二次请求带 call_1 与 3720", check_happy_path),
-    ("并行的两个 Tool Call 按 id 配对", check_parallel_calls),
-    ("length、content_filter、矛盾或缺 id 的响应不执行、不被当成 Final", check_refused_responses),
+    ("并行的两个 Tool Call 按 tool_call_id 配对", check_pairing),
+    ("length、矛盾、缺 id、空回答、写成文字的调用：不执行、不当成 Final", check_refused_responses),
     ("MAX_STEPS 限制请求次数，最后的结果不发给模型", check_max_steps),
     ("reasoning_content 原样回传，不打印", check_reasoning_content),
 ]
 
 
 def self_check() -> int:
-    """逐项运行自检；失败时指出是哪一项，退出码 1。"""
+    """用与 SDK 响应同形的假对象逐项离线检查；失败时指出是哪一项，退出码 1。
+
+    它证明本地的 Router、参数校验、消息组织、id 配对和控制流是对的；它不碰 SDK、网络、
+    Provider 和真实模型，所以证明不了 key 对、端点路径对、所选模型真会调用工具。
+    """
     for number, (name, check) in enumerate(SELF_CHECKS, start=1):
         try:
             check()
@@ -654,60 +478,454 @@ def self_check() -> int:
     return EXIT_OK
 
 
+# ===========================================================================
+# 第三部分：附录——真实世界的防护
+# ===========================================================================
+
 # ---------------------------------------------------------------------------
-# main：解析参数、运行，把 AgentStop 变成用户读的两行和退出码
+# 文字与终端：模型和 Provider 送来的字符串，打印或回传之前先过这几道关
 # ---------------------------------------------------------------------------
+SECRETS: list = []  # check_config() 登记 API Key；任何输出都先遮住它
+# 能操纵终端的字符：C0（换行、制表符除外）、DEL、C1（如 U+009B CSI）、双向文字控制符
+TERMINAL_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+CALL_TAGS = ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]")
 
-USAGE = '用法：python lesson_03_tool_calling_loop.py [--self-check] [--show-messages] ["问题"]'
+
+def redact(text: str) -> str:
+    """把已登记的 API Key 换成 ***。"""
+    for secret in SECRETS:
+        text = text.replace(secret, "***")
+    return text
 
 
-def main(argv: list, environ: dict) -> int:
-    """命令行入口，返回退出码。"""
-    # 像 -x、--show-messages 这样的才是选项；问题本身可以以 - 开头，例如 "-7 乘以 6"
-    flags = [arg for arg in argv if re.fullmatch(r"--?[A-Za-z][\w-]*", arg)]
-    words = [arg for arg in argv if arg not in flags]
-    if "-h" in flags or "--help" in flags:
-        print(USAGE)
+def clip(value: object, limit: int = 200) -> str:
+    """把任意外来的值变成有界的一行：先遮 key，再去掉控制字符和孤立代理字符，最后截断。"""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+    text = redact(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    text = re.sub(r"[\x00-\x1f\x7f-\x9f]+", " ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def shown_value(value: object) -> str:
+    """正常的值原样显示；空串、null 等用 JSON 写法，免得在屏幕上看不见。"""
+    return clip(value if isinstance(value, str) and value else json.dumps(value, default=repr), 40)
+
+
+def is_text(value: object) -> bool:
+    """是能按 UTF-8 原样发回去的字符串；JSON 里的孤立代理字符（如 \\ud800）做不到。"""
+    return isinstance(value, str) and value.encode("utf-8", "replace").decode() == value
+
+
+def looks_like_tool_call_text(text: str) -> bool:
+    """回答本身就是一段没被解析的调用（围栏或裸 JSON、<tool_call> 标签），不只是提到了 JSON。"""
+    head = text[:2000]
+    body = re.sub(r"^\s*```[\w-]*\s*", "", head).lstrip()
+    return any(tag in head for tag in CALL_TAGS) or (
+        body[:1] in ("{", "[")
+        and re.search(r'"name"\s*:', body) is not None
+        and re.search(r'"(arguments|parameters)"\s*:', body) is not None
+    )
+
+
+class SafeOutput:
+    """包住 stdout/stderr：遮 key、转义终端控制字符；写不出去（管道关了、磁盘满了）就记下来。"""
+
+    def __init__(self, stream: object):
+        self.stream, self.failed = stream, stream is None
+        self.encoding = getattr(stream, "encoding", None) or "utf-8"
+
+    def write(self, text: str) -> int:
+        text = TERMINAL_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", redact(text))
+        self._try("write", text.encode(self.encoding, "backslashreplace").decode(self.encoding))
+        return len(text)
+
+    def flush(self) -> None:
+        self._try("flush")
+
+    def _try(self, method: str, *args: str) -> None:
+        try:
+            if not self.failed:
+                getattr(self.stream, method)(*args)
+        except (OSError, ValueError):  # 管道已关、磁盘已满、流已关闭
+            self.failed = True
+
+
+# ---------------------------------------------------------------------------
+# 响应与失败：把 finish_reason、SDK 的异常和 Provider 的错误体翻译成能照着查的一行
+# ---------------------------------------------------------------------------
+HINT_ENDPOINT = "这个端点的响应与 OpenAI 协议不一致，Harness 不会替它猜；换模型或端点再试"
+HINT_BASE_URL = "检查 OPENAI_BASE_URL 是否指向 API（通常以 /v1 结尾），以及 Provider 的原话"
+HINT_MAX_STEPS = "模型一直在调用工具；检查问题、模型能力，以及工具错误是否反复出现"
+HINT_TOO_MANY = f"上限是 {MAX_TOOL_CALLS}，一个都没执行；这个端点或模型的输出不正常，换一个再试"
+HINT_URL_FORM = "只写协议、主机、端口和路径，例如 http://127.0.0.1:11434/v1"
+HINT_INSTALL = '先运行：python -m pip install "openai>=1.109.1,<4"'
+HINT_REFUSAL = "换一种问法，或查看 Provider 的内容策略"
+HINT_EMPTY_ANSWER = "再问一次；仍为空就换更大的模型，或确认端点支持 Tool Calling"
+HINT_CALL_AS_TEXT = (
+    "Harness 不从文字里解析调用。换支持 tools 的模型，或让服务端解析调用：llama.cpp 加 --jinja "
+    "并用支持 tools 的聊天模板；vLLM 开 --enable-auto-tool-choice 和 --tool-call-parser；"
+    "Ollama 选带 tools 标签的模型"
+)
+HINT_LENGTH = (
+    "输出上限或上下文窗口：调大 max_tokens（llama-server 的 -n/--n-predict，Ollama 的 "
+    "num_predict），或换上下文更大的模型、缩短问题"
+)
+# finish_reason -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
+FINISH_REASONS = {
+    "length": (MODEL, "输出达到 Token 上限被截断", HINT_LENGTH),
+    "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_REFUSAL),
+    "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
+    "stop": (PROVIDER, "部分兼容端点的已知偏差", HINT_ENDPOINT),
+    "function_call": (PROVIDER, "OpenAI 已弃用的旧 functions 协议", HINT_ENDPOINT),
+}
+HTTP_HINTS = {
+    401: "检查 OPENAI_API_KEY 是否正确、是否属于 OPENAI_BASE_URL 指向的 Provider",
+    403: "这个 key 无权使用该模型或端点；检查 OPENAI_API_KEY 与账户权限",
+    404: "检查 OPENAI_MODEL 的模型名；OPENAI_BASE_URL 通常要以 /v1 结尾",
+    429: "触发频率限制或额度用完：检查余额与配额，稍后再试",
+}
+# Ollama、vLLM、llama.cpp、OpenRouter 等说“不支持工具”时的原话片段
+NO_TOOLS_PHRASES = ("does not support tools", "unsupported param: tools", "tool choice requires")
+NO_TOOLS_PHRASES += ("tools param requires", "support tool use", "does not support function call")
+HINT_NO_TOOLS = (
+    "这个模型或端点不支持 Tool Calling：换支持 tools 的模型（vLLM 要开启自动工具选择，"
+    "llama.cpp 要加 --jinja）；multiply() 还没运行过，不要去改工具"
+)
+# 连上了、也有了应答，却在读响应时出错：这不是“连不上”
+BROKEN_RESPONSE = ("RemoteProtocolError", "ReadError", "DecodingError", "LocalProtocolError")
+
+
+def explain_finish_reason(finish_reason: object, with_tool_calls: bool) -> AgentStop:
+    """length、content_filter 和未知值既不能配 Tool Call，也不能冒充 Final。"""
+    known = isinstance(finish_reason, str) and finish_reason in FINISH_REASONS
+    unknown = (PROVIDER, "不是 OpenAI 协议中的值", HINT_ENDPOINT)
+    link, meaning, hint = FINISH_REASONS[finish_reason] if known else unknown
+    shown = clip(json.dumps(finish_reason, ensure_ascii=False, default=repr), 40)
+    if with_tool_calls:
+        what = f"有 Tool Call 却 finish_reason={shown}（{meaning}），两者矛盾，一个工具都没执行"
+    else:
+        what = f"模型没有正常结束：finish_reason={shown}（{meaning}），不能当成最终回答"
+    return AgentStop(link, what, hint)
+
+
+def usable_choice(response: object) -> object:
+    """形状检查（不是课文的规则）：有 choices[0]，字段能原样回传，每个调用都是可读的 function。"""
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise explain_choiceless(response)
+    message = getattr(choices[0], "message", None)
+    calls = getattr(message, "tool_calls", None) or []
+    texts = [getattr(message, "content", None), getattr(message, "reasoning_content", None)]
+    if not (hasattr(message, "content") and hasattr(message, "tool_calls")):
+        raise AgentStop(PROVIDER, "choice 里没有可读的 message", HINT_ENDPOINT)
+    if not isinstance(calls, list) or not all(t is None or is_text(t) for t in texts):
+        raise AgentStop(PROVIDER, "message 的字段不是能原样回传的文本或列表", HINT_ENDPOINT)
+    for index, call in enumerate(calls, start=1):
+        function, call_id = getattr(call, "function", None), getattr(call, "id", None)
+        fields = (getattr(function, "name", None), getattr(function, "arguments", None))
+        # 缺 id 留给 run_agent 的配对规则去拦；这里只要求 id 若有就是文本
+        readable = all(is_text(f) for f in fields) and (call_id is None or is_text(call_id))
+        if getattr(call, "type", None) != "function" or not readable:
+            what = f"第 {index} 个 Tool Call 不是可读的 function 调用"
+            raise AgentStop(PROVIDER, what, HINT_ENDPOINT)
+    return choices[0]
+
+
+def explain_choiceless(response: object) -> AgentStop:
+    """HTTP 200 却没有 choices：转述 Provider 自己说了什么。"""
+    if isinstance(response, list) and response:
+        response = response[0]  # 例如 [{"error": ...}]
+    if isinstance(response, str):
+        what = f"返回的不是 JSON（可能是一张网页）：{provider_text(response)}"
+    elif getattr(response, "error", None) is not None:
+        what = f"Provider 用 HTTP 200 返回了错误：{provider_text(response.error)}"
+    else:
+        what = "响应里没有 choices"
+    return AgentStop(PROVIDER, what, HINT_BASE_URL)
+
+
+def explain_request_failure(error: Exception) -> AgentStop:
+    """把 SDK 的异常翻译成能照着检查的话；按属性和类名判断，自检时不必导入 openai。"""
+    status, kind = getattr(error, "status_code", None), type(error).__name__
+    if isinstance(status, int):
+        said = provider_text(getattr(error, "body", None) or str(error))
+        if any(phrase in said.lower() for phrase in NO_TOOLS_PHRASES):
+            hint = HINT_NO_TOOLS
+        elif status in HTTP_HINTS:
+            hint = HTTP_HINTS[status]
+        else:
+            hint = (
+                "Provider 服务端出错：稍后再试" if status >= 500 else "按 Provider 的原话检查请求"
+            )
+        return AgentStop(PROVIDER, f"HTTP {status}：{said}", hint, EXIT_REQUEST_FAILED)
+    if isinstance(error, json.JSONDecodeError):
+        what = f"服务器回了 HTTP 200，响应体却不是完整的 JSON（{clip(str(error), 80)}）"
+        return AgentStop(PROVIDER, what, HINT_BASE_URL, EXIT_REQUEST_FAILED)
+    cause = error.__cause__ or error
+    if "Timeout" in kind or isinstance(error, TimeoutError):
+        what, hint = "请求超时", "检查网络；本地模型较慢时可调大 OPENAI_TIMEOUT（秒）"
+    elif type(cause).__name__ in BROKEN_RESPONSE:
+        what = "连上了服务器，但响应中途断开或无法解码"
+        hint = "服务器或中间的代理出了问题：看服务端日志；确认 OPENAI_BASE_URL 指向的是 API"
+    elif "Connection" in kind:
+        what, hint = (
+            "连不上服务器",
+            "检查端点的地址、端口和服务是否已启动；用代理时检查 HTTPS_PROXY",
+        )
+    else:
+        what, hint = "请求失败", "检查 openai 的版本与网络"
+    detail = f"（{kind}: {clip(str(cause), 120)}）"
+    return AgentStop(SDK_NETWORK, what + detail, hint, EXIT_REQUEST_FAILED)
+
+
+def provider_text(body: object) -> str:
+    """从各种错误体里取出 Provider 的原话：JSON 对象、JSON 列表、其他信封或 HTML。"""
+    if isinstance(body, list) and body:
+        body = body[0]  # Gemini 兼容端点把错误包在列表里
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        return clip(inner.get("message") or inner) if isinstance(inner, dict) else clip(inner)
+    if not isinstance(body, str):
+        return clip(body)
+    head = body[:4000]  # 只看开头：网页再大，找标题的工作量也有上限
+    start = head.lower().find("<title>")
+    if start >= 0:
+        end = head.lower().find("</title>", start)
+        head = head[start + len("<title>") : end if end >= 0 else None]
+    text = " ".join(re.sub(r"<[^<>]*(>|$)", " ", head).replace("<", " ").split())
+    if text or not body.strip():
+        return clip(text) or "（空响应体）"
+    return f"（{len(body)} 个字符的响应体里没有可读的文字）"
+
+
+class WholeRequestTimeout(TimeoutError):
+    """整次请求（含重试）超过了总期限。"""
+
+
+class DeadlineClient:
+    """OPENAI_TIMEOUT 只限制每次读 socket，每秒滴一个字节的服务器能把请求拖上几分钟。
+    所以请求在后台线程里跑，主线程只等到总期限；过期就放弃它，进程退出时线程随之结束。"""
+
+    def __init__(self, client: object, seconds: float):
+        self.client, self.seconds = client, seconds
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+
+    def create(self, **request: object) -> object:
+        import threading
+
+        outcome: dict = {}
+
+        def call() -> None:
+            try:
+                outcome["response"] = self.client.chat.completions.create(**request)
+            except Exception as error:
+                outcome["error"] = error
+
+        worker = threading.Thread(target=call, daemon=True)
+        worker.start()
+        worker.join(self.seconds)
+        if worker.is_alive():
+            raise WholeRequestTimeout(f"整次请求（含重试）超过 {self.seconds:g} 秒仍未完成")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["response"]
+
+
+# ---------------------------------------------------------------------------
+# 配置：在发出任何请求之前，把填错的环境变量说清楚（退出码 2）
+# ---------------------------------------------------------------------------
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_TIMEOUT_SECONDS = 60.0  # SDK 默认等 10 分钟，学习时太久
+MAX_TIMEOUT_SECONDS = 3600.0
+MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试也没用
+
+
+def config_error(what: str, hint: str) -> AgentStop:
+    return AgentStop(HARNESS, what, hint, EXIT_USAGE)
+
+
+def check_config(environ: dict) -> dict:
+    """检查在线运行的环境变量，缺什么、错什么都说清楚；返回创建客户端所需的值。"""
+    for name, hint in (
+        ("OPENAI_API_KEY", "本地服务（Ollama、llama.cpp）不校验 key，随便填一个，例如 local"),
+        ("OPENAI_MODEL", "填写 Provider 上支持 Tool Calling 的模型名"),
+    ):
+        if not environ.get(name, "").strip():
+            raise config_error(f"缺少环境变量 {name}", f"export {name}=...；{hint}")
+    api_key, model = environ["OPENAI_API_KEY"].strip(), environ["OPENAI_MODEL"].strip()
+    if len(api_key) >= 8:  # 更短的通常是本地服务的占位符，遮了只会把别的字弄乱
+        SECRETS.extend([api_key, json.dumps(api_key)[1:-1]])  # 后者是它在 JSON 里的写法
+    if not is_text(model):
+        raise config_error("OPENAI_MODEL 含有无法编码的字符", "检查终端编码后重新设置")
+    if not api_key.isascii() or any(char.isspace() for char in api_key):
+        raise config_error("OPENAI_API_KEY 只能是不含空白的 ASCII 字符", "重新复制一次 key")
+    given_url = environ.get("OPENAI_BASE_URL", "").strip()
+    base_url = given_url or DEFAULT_BASE_URL  # 显式给出：否则 SDK 会读一个 export 了却为空的变量
+    problem = base_url_problem(base_url)
+    if problem:
+        shown = clip(re.sub(r"//[^/@]*@", "//***@", base_url), 120)  # 不回显地址里的密码
+        raise config_error(f"OPENAI_BASE_URL 不可用（{shown}）：{problem}", HINT_URL_FORM)
+    raw_timeout = environ.get("OPENAI_TIMEOUT", "").strip()
+    try:
+        timeout = float(raw_timeout) if raw_timeout else DEFAULT_TIMEOUT_SECONDS
+    except ValueError:
+        timeout = 0.0
+    if not 0 < timeout <= MAX_TIMEOUT_SECONDS:
+        what = (
+            f"OPENAI_TIMEOUT 要大于 0、不超过 {MAX_TIMEOUT_SECONDS:.0f} 秒：{clip(raw_timeout, 40)}"
+        )
+        raise config_error(what, "例如 export OPENAI_TIMEOUT=60")
+    deadline = timeout * (MAX_RETRIES + 1) + 1  # 每次尝试一个 timeout，再留一秒余量
+    return dict(api_key=api_key, model=model, base_url=base_url, timeout=timeout) | {
+        "base_url_given": bool(given_url),
+        "deadline": deadline,
+    }
+
+
+def base_url_problem(url: str) -> str:
+    """地址里 SDK 会悄悄改写或误用的部分：端口越界、查询参数、用户名密码、完整的接口路径。"""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as error:  # 例如端口 99999 或 abc、没闭合的 [IPv6]
+        return f"地址无法解析（{clip(str(error), 60)}）"
+    if not url.isprintable() or any(char.isspace() for char in url):
+        return "地址里有空格或控制字符"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "要以 http:// 或 https:// 开头，并写明主机"
+    if port == 0:
+        return "端口要在 1–65535 之间"
+    if parts.username is not None or parts.password is not None:
+        return "地址里不能写用户名或密码：SDK 会改用它们认证，key 就不再生效"
+    if parts.query or parts.fragment:
+        return "地址里不能带 ?查询参数 或 #片段：SDK 会把 /chat/completions 拼在它们后面"
+    if parts.path.rstrip("/").endswith("/chat/completions"):
+        return "只写到 /v1 为止，SDK 会自己拼上 /chat/completions"
+    return ""
+
+
+# ---------------------------------------------------------------------------
+# 命令行：解析参数、运行，把 AgentStop 变成两行说明和退出码
+# ---------------------------------------------------------------------------
+HELP = """\
+用法：python lesson_03_tool_calling_loop.py [--show-messages] [问题……]
+      python lesson_03_tool_calling_loop.py --self-check
+
+  --self-check     离线自检：只用标准库，不需要 API Key
+  --show-messages  结束后（失败时也一样）把消息历史打印成 JSON
+  问题             默认“帮我算一下 248 乘以 15”；几个词会连成一句；-- 之后的都算问题
+
+在线运行读取的环境变量：
+  OPENAI_API_KEY   必填；本地服务（Ollama、llama.cpp）不校验，填 local 即可
+  OPENAI_MODEL     必填；支持 Tool Calling 的模型名
+  OPENAI_BASE_URL  第三方或本地端点才要，写到 /v1 为止；不设就是 https://api.openai.com/v1
+  OPENAI_TIMEOUT   每次读取的超时秒数，默认 60；整次请求（含 1 次重试）最多 2 倍再加 1 秒
+
+退出码：0 打印了回答；1 Loop 被停下（或自检失败）；2 用法或配置错误；3 请求失败；
+        4 回答没能写到标准输出；130 按了 Ctrl-C
+
+例子：
+  python lesson_03_tool_calling_loop.py --self-check
+  OPENAI_API_KEY=local OPENAI_MODEL=qwen2.5:7b OPENAI_BASE_URL=http://127.0.0.1:11434/v1 \\
+      python lesson_03_tool_calling_loop.py 帮我算一下 6 乘以 7"""
+OPTIONS = ("--self-check", "--show-messages", "--help", "-h")
+
+
+def parse_args(argv: list) -> tuple:
+    """返回 (选项, 问题, 用法错误)。像 -x、--word 的才是选项，"-7 乘以 6" 仍是问题。"""
+    options, words = [], []
+    for index, arg in enumerate(argv):
+        if arg == "--":  # 之后的都是问题
+            words += argv[index + 1 :]
+            break
+        (options if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", arg) else words).append(arg)
+    question, unknown = " ".join(words).strip(), [o for o in options if o not in OPTIONS]
+    problem = ""
+    if unknown:
+        problem = f"不认识的选项：{clip(unknown, 80)}"
+    elif "--self-check" in options and (words or len(set(options)) > 1):
+        problem = "--self-check 只检查本地代码，不带问题或其他选项"
+    elif words and not question:
+        problem = "问题是空的"
+    elif not is_text(question):  # 终端编码不对时，argv 里会混进无法按 UTF-8 发送的字符
+        problem = "问题里有无法按 UTF-8 发送的字符，检查终端编码"
+    return options, question, problem
+
+
+def run_command(argv: list, environ: dict) -> int:
+    options, question, problem = parse_args(argv)
+    if "-h" in options or "--help" in options:
+        print(HELP)
         return EXIT_OK
-    unknown = [flag for flag in flags if flag not in ("--self-check", "--show-messages")]
-    # 终端编码不对时，argv 里会混进无法按 UTF-8 发出去的字符
-    if unknown or len(words) > 1 or not all(is_text(word) and word.strip() for word in words):
-        print(f"参数错误：{clip(unknown or words, 80)}\n{USAGE}", file=sys.stderr)
+    if problem:
+        print(f"参数错误：{problem}\n{HELP.splitlines()[0]}（--help 看说明）", file=sys.stderr)
         return EXIT_USAGE
-    if "--self-check" in flags:
+    if "--self-check" in options:
         return self_check()
-
-    messages, question = [], words[0] if words else DEFAULT_QUESTION
+    messages, config = [], {}
     SECRETS.clear()
     try:
-        client = make_client(read_config(environ))
-        answer = run_agent(client, environ["OPENAI_MODEL"].strip(), question, messages)
-        # 回答里的终端控制字符（改标题、清屏）不该作用到学习者的终端；换行保留
-        print(redact("Agent> " + re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", "", answer)))
+        config = check_config(environ)
+        client = make_client(config)
+        print(
+            "Agent> " + run_agent(client, config["model"], question or DEFAULT_QUESTION, messages)
+        )
         code = EXIT_OK
     except AgentStop as stop:
-        last_ok = f"最后一个成功事件：{stop.last_ok}；" if stop.last_ok else ""
-        print(f"[{stop.link}] {stop.reason}\n{last_ok}建议：{stop.hint}", file=sys.stderr)
+        report(stop, config)
         code = stop.exit_code
     except KeyboardInterrupt:
         print("已中断（Ctrl-C）", file=sys.stderr)
         code = 130
-    if "--show-messages" in flags and messages:
-        # reasoning_content 要回传给 Provider，但不打印给人看
-        shown = [
-            {**m, "reasoning_content": "（已省略）"} if "reasoning_content" in m else m
-            for m in messages
-        ]
-        print(redact(json.dumps(shown, ensure_ascii=False, indent=2)))
+    if "--show-messages" in options and messages:
+        hidden = {"reasoning_content": "（已省略）"}  # 要回传给 Provider，但不打印给人看
+        shown = [{**m, **hidden} if "reasoning_content" in m else m for m in messages]
+        print(json.dumps(shown, ensure_ascii=False, indent=2))
+    return code
+
+
+def report(stop: AgentStop, config: dict) -> None:
+    """两行：哪一环、第几步、原因（请求失败时加上端点和模型）；最后一个成功事件和建议。"""
+    where = f"step {stop.step}: " if stop.step else ""
+    endpoint = ""
+    if stop.exit_code == EXIT_REQUEST_FAILED and config:
+        default = "" if config["base_url_given"] else "（没设 OPENAI_BASE_URL 时的默认值）"
+        endpoint = f"；端点 {config['base_url']}{default}，模型 {clip(config['model'], 80)}"
+    last_ok = f"最后一个成功事件：{stop.last_ok}；" if stop.last_ok else ""
+    first = f"[{stop.link}] {where}{stop.reason}{endpoint}"
+    print(f"{first}\n{last_ok}建议：{stop.hint}", file=sys.stderr)
+
+
+def main(argv: list, environ: dict) -> int:
+    """命令行入口，返回退出码。输出都经过 SafeOutput；回答没写出去就不算成功。"""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err = SafeOutput(saved[0]), SafeOutput(saved[1])
+    try:
+        code = run_command(argv, environ)
+        out.flush()
+        if code == EXIT_OK and out.failed:
+            what = "[Harness] 输出没能写完（标准输出已关闭，或磁盘已满），回答或结果没有送到"
+            print(f"{what}\n建议：检查输出重定向：磁盘空间、提前退出的管道（如 | head）", file=err)
+            code = EXIT_OUTPUT_FAILED
+        err.flush()
+    finally:
+        sys.stdout, sys.stderr = saved
     return code
 
 
 if __name__ == "__main__":
+    exit_code = main(sys.argv[1:], dict(os.environ))
+    # 输出端已关（如 | head）时，解释器退出前还会再刷一次缓冲：改接到 /dev/null，
+    # 免得打出 "Exception ignored ... BrokenPipeError"，退出码也变成 120
     for stream in (sys.stdout, sys.stderr):
-        # 终端编码不支持的字符不该让打印崩溃；IDLE 等环境的输出流没有 reconfigure
-        getattr(stream, "reconfigure", lambda **_: None)(errors="backslashreplace")
-    try:
-        sys.exit(main(sys.argv[1:], dict(os.environ)))
-    except BrokenPipeError:  # 例如输出接到 head：读的一方先走了，不算错误
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(EXIT_OK)
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        except AttributeError:  # 没有这个输出流，例如 2>&- 时 sys.stderr 是 None
+            pass
+    sys.exit(exit_code)

@@ -201,8 +201,7 @@ STOP_CASES.update(
 def test_untrustworthy_responses_stop_the_loop_before_anything_runs(response, link):
     outcome, client, messages, lines = run_fake(response)
     assert isinstance(outcome, AgentStop)
-    assert (outcome.link, outcome.exit_code) == (link, lesson.EXIT_STOPPED)
-    assert outcome.reason.startswith("step 1: ")
+    assert (outcome.link, outcome.exit_code, outcome.step) == (link, lesson.EXIT_STOPPED, 1)
     assert outcome.last_ok == "step 1: 收到 HTTP 响应"
     assert len(client.requests) == 1
     assert messages == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
@@ -226,7 +225,7 @@ def test_the_provider_message_of_a_choiceless_200_is_shown():
 def test_a_later_stop_reports_the_last_successful_event():
     outcome, client, messages, _ = run_fake(calls(fake_call("call_1")), fake_response("length"))
     assert len(client.requests) == 2
-    assert outcome.reason.startswith("step 2: ")
+    assert outcome.step == 2
     assert outcome.last_ok == "step 2: 收到 HTTP 响应"
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
 
@@ -234,7 +233,7 @@ def test_a_later_stop_reports_the_last_successful_event():
 def test_max_steps_counts_requests_and_the_last_result_stays_local():
     responses = [calls(fake_call(f"call_{n}")) for n in range(1, MAX_STEPS + 5)]
     outcome, client, messages, lines = run_fake(*responses)
-    assert (outcome.link, outcome.reason) == ("Harness", "超过最大步骤数：8")
+    assert (outcome.link, outcome.reason, outcome.step) == ("Harness", "超过最大步骤数：8", 8)
     assert outcome.exit_code == lesson.EXIT_STOPPED
     assert len(client.requests) == MAX_STEPS == 8
     assert len(messages) == 1 + 2 * MAX_STEPS
@@ -262,8 +261,105 @@ def test_reasoning_content_is_echoed_and_other_private_fields_are_not():
     assert not any("思考" in line or "私有推理" in line for line in lines)
 
 
-def test_a_null_final_content_returns_an_empty_answer():
-    assert run_fake(final(None))[0] == ""
+@pytest.mark.parametrize("content", [None, "", "  \n\t "])
+def test_an_empty_final_answer_stops_the_loop_naming_the_model(content):
+    outcome, _, messages, lines = run_fake(final(content))
+    assert isinstance(outcome, AgentStop)
+    assert (outcome.link, outcome.reason, outcome.step) == ("Model", "模型返回了空回答", 1)
+    assert messages == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
+    assert lines == ["step 1: finish_reason=stop"]
+
+
+def test_a_refusal_stops_the_loop_and_shows_the_refusal():
+    response = final(None)
+    response.choices[0].message.refusal = "I can't help with that."
+    outcome, *_ = run_fake(response)
+    assert isinstance(outcome, AgentStop) and outcome.link == "Model"
+    assert outcome.reason == "模型拒绝回答：I can't help with that."
+
+
+CALLS_WRITTEN_AS_TEXT = {
+    "fenced json": '```json\n{"name": "multiply", "arguments": {"a": 248, "b": 15}}\n```',
+    "bare json": '{"name": "multiply", "arguments": {"a": 37, "b": 41}}',
+    "doubled braces": '{{"name": "multiply", "arguments": {"a": 2, "b": 3}}}',
+    "missing closing brace": '{"name": "multiply", "arguments": {"a": 2, "b": 3}',
+    "made-up tool": '{"name": "calculator", "arguments": {"expression": "248*15"}}',
+    "arguments first": '{"arguments": {"a": 2, "b": 3}, "name": "multiply"}',
+    "parameters key": '{"name": "multiply", "parameters": {"a": 2, "b": 3}}',
+    "a json list": '[{"name": "multiply", "arguments": {"a": 2, "b": 3}}]',
+    "tool_call tags": '<tool_call>\n{"name": "multiply", "arguments": {"a": 2}}\n</tool_call>',
+    "unfenced after spaces": '\n   {"name":"multiply","arguments":"{\\"a\\":2}"}',
+    "fence without language": '```\n{"name": "multiply", "arguments": {}}\n```',
+}
+
+
+@pytest.mark.parametrize("text", CALLS_WRITTEN_AS_TEXT.values(), ids=CALLS_WRITTEN_AS_TEXT.keys())
+def test_a_tool_call_written_as_text_stops_the_loop_and_runs_nothing(text):
+    outcome, client, messages, _ = run_fake(final(text), final())
+    assert isinstance(outcome, AgentStop)
+    assert (outcome.link, outcome.exit_code) == ("Provider", lesson.EXIT_STOPPED)
+    assert outcome.reason.startswith("模型把调用写成了文字，端点没有把它变成 tool_calls：")
+    assert lesson.clip(text, 120) in outcome.reason
+    for server_hint in ("--jinja", "--tool-call-parser", "Ollama", "tools"):
+        assert server_hint in outcome.hint
+    assert len(client.requests) == 1 and len(messages) == 1
+
+
+ORDINARY_ANSWERS = [
+    "248 乘以 15 等于 3720。",
+    "我用 multiply 算了一下：3720",
+    '结果：{"a": 248, "b": 15, "result": 3720}',
+    '{"result": 3720}',
+    '{"name": "张三", "age": 30}',
+    '示例调用：{"name": "multiply", "arguments": {"a": 1, "b": 2}}，结果是 2。',
+    "```python\nprint(248 * 15)\n```\n答案是 3720。",
+]
+
+
+@pytest.mark.parametrize("text", ORDINARY_ANSWERS)
+def test_an_answer_that_merely_mentions_json_or_multiply_is_final(text):
+    outcome, _, messages, _ = run_fake(final(text))
+    assert outcome == text
+    assert messages[-1] == {"role": "assistant", "content": text}
+
+
+def test_too_many_tool_calls_in_one_response_stop_before_any_runs():
+    many = [fake_call(f"call_{n}") for n in range(lesson.MAX_TOOL_CALLS + 1)]
+    outcome, client, messages, lines = run_fake(calls(*many), final())
+    assert isinstance(outcome, AgentStop) and outcome.link == "Harness"
+    assert str(lesson.MAX_TOOL_CALLS + 1) in outcome.reason
+    assert str(lesson.MAX_TOOL_CALLS) in outcome.hint
+    assert len(messages) == 1 and len(client.requests) == 1
+    assert lines == ["step 1: finish_reason=tool_calls"]
+
+
+def test_the_tool_call_limit_itself_is_allowed():
+    many = [fake_call(f"call_{n}") for n in range(lesson.MAX_TOOL_CALLS)]
+    outcome, _, messages, _ = run_fake(calls(*many), final())
+    assert outcome == "248 乘以 15 等于 3720。"
+    assert sum(m["role"] == "tool" for m in messages) == lesson.MAX_TOOL_CALLS
+
+
+def test_length_hint_names_both_the_output_cap_and_the_context_window():
+    outcome, *_ = run_fake(fake_response("length", content='```json\n{\n  "name": "multiply'))
+    assert outcome.link == "Model"
+    for part in ("max_tokens", "-n/--n-predict", "num_predict", "上下文"):
+        assert part in outcome.hint
+
+
+def test_function_call_is_named_as_the_deprecated_openai_value():
+    outcome, *_ = run_fake(fake_response("function_call", content=None))
+    assert "已弃用" in outcome.reason and "不是 OpenAI 协议中的值" not in outcome.reason
+
+
+def test_pairing_problems_names_unanswered_and_unknown_results():
+    ok = run_fake(calls(fake_call("call_1"), fake_call("call_2")), final())[2]
+    assert lesson.pairing_problems(ok) == []
+    assert lesson.pairing_problems(ok[:3]) == ["调用 'call_2' 没有结果"]
+    stray = [ok[0], {"role": "tool", "tool_call_id": "call_9", "content": "{}"}]
+    assert lesson.pairing_problems(stray) == ["结果 'call_9' 没有对应的调用"]
+    twice = [*ok[:3], ok[2], *ok[3:]]
+    assert lesson.pairing_problems(twice) == ["结果 'call_1' 没有对应的调用"]
 
 
 class FakeSDKError(Exception):
@@ -337,7 +433,7 @@ def failing_client(error):
             "原话",
         ),
         (APITimeoutError("Request timed out."), "SDK/网络", "请求超时", "OPENAI_TIMEOUT"),
-        (APIConnectionError("Connection error."), "SDK/网络", "连不上服务器", "OPENAI_BASE_URL"),
+        (APIConnectionError("Connection error."), "SDK/网络", "连不上服务器", "端口"),
         (RuntimeError("boom"), "SDK/网络", "boom", "openai"),
     ],
 )
@@ -349,7 +445,7 @@ def test_request_failures_name_the_link_and_the_providers_words(
     stop = caught.value
     assert (stop.link, stop.exit_code) == (link, lesson.EXIT_REQUEST_FAILED)
     assert reason_part in stop.reason and hint_part in stop.hint
-    assert stop.last_ok == "Harness 已就绪，还没有收到任何模型响应"
+    assert (stop.step, stop.last_ok) == (1, "Harness 已就绪，user 消息已写入历史")
 
 
 @pytest.mark.parametrize(
@@ -449,3 +545,84 @@ def test_any_provider_output_ends_in_an_answer_or_an_agent_stop(responses):
     if isinstance(outcome, AgentStop):
         assert outcome.link in {"Harness", "Provider", "Model"} and outcome.last_ok
         assert terminal_safe(outcome.reason)
+
+
+class RemoteProtocolError(Exception):
+    pass
+
+
+class DecodingError(Exception):
+    pass
+
+
+class ConnectError(Exception):
+    pass
+
+
+def connection_error(cause):
+    error = APIConnectionError("Connection error.")
+    error.__cause__ = cause
+    return error
+
+
+@pytest.mark.parametrize(
+    ("cause", "reason_part"),
+    [
+        (RemoteProtocolError("peer closed connection without sending complete body"), "中途断开"),
+        (DecodingError("Error -3 while decompressing data: incorrect header check"), "无法解码"),
+        (ConnectError("[Errno 111] Connection refused"), "连不上服务器"),
+    ],
+)
+def test_a_response_that_broke_off_is_not_called_unreachable(cause, reason_part):
+    stop = lesson.explain_request_failure(connection_error(cause))
+    assert (stop.link, stop.exit_code) == ("SDK/网络", lesson.EXIT_REQUEST_FAILED)
+    assert reason_part in stop.reason and str(cause) in stop.reason
+    assert ("连不上" in stop.reason) == isinstance(cause, ConnectError)
+
+
+def test_the_whole_request_deadline_reads_as_a_timeout():
+    stop = lesson.explain_request_failure(lesson.WholeRequestTimeout("整次请求超过 3 秒"))
+    assert stop.reason.startswith("请求超时") and "OPENAI_TIMEOUT" in stop.hint
+
+
+def test_a_hostile_error_page_is_read_from_a_bounded_prefix():
+    hostile = "<title>" * 40_000  # 280 KB, no closing tag: quadratic with a naive regex
+    said = lesson.provider_text(hostile)
+    assert "空响应体" not in said and "没有可读的文字" in said
+    prefix = "<html><p>" + "bad gateway " * 400
+    assert lesson.provider_text(prefix + "x" * 500_000) == lesson.provider_text(prefix)
+    unclosed = "<title>502 Bad Gateway" + " <p>" * 20_000
+    assert lesson.provider_text(unclosed).startswith("502 Bad Gateway")
+
+
+class SlowClient:
+    """An SDK-shaped client whose create() blocks until released (like a drip-fed response)."""
+
+    def __init__(self):
+        import threading
+
+        self.release = threading.Event()
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+
+    def create(self, **request):
+        self.release.wait(30)
+        return "late"
+
+
+def test_the_deadline_client_gives_up_on_a_request_that_never_finishes():
+    slow = SlowClient()
+    try:
+        with pytest.raises(lesson.WholeRequestTimeout):
+            lesson.DeadlineClient(slow, 0.2).create(model="m")
+    finally:
+        slow.release.set()
+
+
+def test_the_deadline_client_passes_responses_and_errors_through():
+    ok = lesson.FakeClient("response")
+    assert lesson.DeadlineClient(ok, 5).chat.completions.create(model="m") == "response"
+    assert ok.requests == [{"model": "m"}]
+    error = FakeSDKError(400, {"message": "bad"})
+    with pytest.raises(FakeSDKError) as caught:
+        lesson.DeadlineClient(failing_client(error), 5).create(model="m")
+    assert caught.value is error

@@ -1,13 +1,15 @@
 """The online path: the real openai SDK over real HTTP to a scripted server on 127.0.0.1.
 
-Every scenario runs main() in-process (real SDK, real sockets, the script's own client
-settings); the ones marked `cli` also run as a subprocess with the three variables set.
+Every scenario runs main() in-process (real SDK, real sockets, the script's own client and
+output settings). A few also run as a subprocess, where the process itself is the point: the
+article's output from a real command line, and that the two ways agree.
 """
 
 import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +17,16 @@ import openai  # noqa: F401  (no skip: without the SDK these tests must fail, no
 import pytest
 
 import lesson_03_tool_calling_loop as lesson
-from tests.provider_server import OMIT, Reply, completion, tool_call
+from tests.provider_server import (
+    OMIT,
+    Reply,
+    bad_chunked,
+    bad_gzip,
+    broken_off,
+    completion,
+    recording,
+    tool_call,
+)
 
 SCRIPT = Path(lesson.__file__).resolve()
 KEY = "sk-online-test-9f8e7d6c5b4a3210"
@@ -75,6 +86,14 @@ def make_runner(provider, capsys, mode):
     return runner
 
 
+@pytest.fixture(autouse=True)
+def quick_sdk_retries(monkeypatch):
+    """The SDK sleeps about 0.5 s before its one retry; these tests count attempts, not waits."""
+    import openai._base_client
+
+    monkeypatch.setattr(openai._base_client, "INITIAL_RETRY_DELAY", 0.01)
+
+
 @pytest.fixture(params=["in-process", "cli"])
 def run_both(request, provider, capsys):
     """Run the script against `provider` through main() in-process, and as a subprocess."""
@@ -128,18 +147,18 @@ def test_happy_path_is_two_requests_and_the_articles_output(run_both, provider):
     ]
 
 
-def test_the_question_argument_is_the_user_message(run_both, provider):
+def test_the_question_argument_is_the_user_message(run, provider):
     provider.script(completion(content="42"))
-    result = run_both("帮我算一下 6 乘以 7")
+    result = run("帮我算一下 6 乘以 7")
     assert result.out.splitlines() == ["step 1: finish_reason=stop", "Agent> 42"]
     assert provider.requests[0].body["messages"] == [
         {"role": "user", "content": "帮我算一下 6 乘以 7"}
     ]
 
 
-def test_show_messages_prints_the_four_message_turn(run_both, provider):
+def test_show_messages_prints_the_four_message_turn(run, provider):
     provider.script(tool_turn(CALL_1, reasoning_content="内部推理：先乘"), FINAL)
-    result = run_both("--show-messages")
+    result = run("--show-messages")
     assert result.code == 0
     history = json.loads(result.out.split("Agent> 248 乘以 15 等于 3720。\n", 1)[1])
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant"]
@@ -147,18 +166,18 @@ def test_show_messages_prints_the_four_message_turn(run_both, provider):
     assert "内部推理" not in result.everything
 
 
-def test_show_messages_after_a_failure_shows_what_was_kept(run_both, provider):
+def test_show_messages_after_a_failure_shows_what_was_kept(run, provider):
     provider.script(tool_turn(CALL_1), completion(content="248 乘以", finish_reason="length"))
-    result = run_both("--show-messages")
+    result = run("--show-messages")
     assert result.code == 1
     history = json.loads(result.out[result.out.index("[") :])
     assert [m["role"] for m in history] == ["user", "assistant", "tool"]
 
 
-def test_parallel_calls_are_answered_in_order_each_paired(run_both, provider):
+def test_parallel_calls_are_answered_in_order_each_paired(run, provider):
     calls = [CALL_1, tool_call("call_2", "multiply", '{"a":6,"b":7}')]
     provider.script(tool_turn(*calls), completion(content="3720 和 42"))
-    result = run_both()
+    result = run()
     assert result.code == 0
     sent = provider.requests[1].body["messages"]
     assert sent[1]["tool_calls"] == calls
@@ -380,12 +399,12 @@ def test_untrustworthy_responses_stop_the_loop_and_run_nothing(
     assert "call_id=" not in result.out and "Agent>" not in result.out
 
 
-def test_the_step_limit_sends_exactly_eight_requests(run_both, provider):
+def test_the_step_limit_sends_exactly_eight_requests(run, provider):
     provider.script(
         *[tool_turn(tool_call(f"call_{n}", "multiply", ARGS_248_15)) for n in range(1, 12)]
     )
-    result = run_both()
-    assert_clean_failure(result, 1, "[Harness] 超过最大步骤数：8")
+    result = run()
+    assert_clean_failure(result, 1, "[Harness] step 8: 超过最大步骤数：8")
     assert len(provider.requests) == lesson.MAX_STEPS == 8
     assert "call_8" not in json.dumps(provider.requests[-1].body)
     assert result.out.splitlines()[-1].startswith("step 8: multiply call_id=call_8 result=")
@@ -544,48 +563,42 @@ def test_http_errors_exit_3_with_the_providers_own_words(
     assert_clean_failure(result, 3, "[Provider] step 1: HTTP ")
     first, second = result.err.splitlines()
     assert reason_part in first and hint_part in second
-    assert "Harness 已就绪，还没有收到任何模型响应" in second
+    assert first.endswith(f"；端点 {provider.base_url}，模型 test-model")
+    assert "最后一个成功事件：Harness 已就绪，user 消息已写入历史；" in second
     assert len(provider.requests) == attempts  # max_retries=1: only 5xx/429 are tried twice
 
 
-def test_a_failure_on_the_second_request_names_the_tool_result_as_last_success(run_both, provider):
+def test_a_failure_on_the_second_request_names_the_tool_result_as_last_success(run, provider):
     provider.script(
         tool_turn(CALL_1), Reply(status=400, json={"error": {"message": "bad history"}})
     )
-    result = run_both()
+    result = run()
     assert_clean_failure(result, 3, "[Provider] step 2: HTTP 400：bad history")
     assert "最后一个成功事件：step 1: call_1 的 Tool Result 已写入历史" in result.err
 
 
-def test_a_base_url_without_v1_gets_an_html_404_and_a_v1_hint(run_both, provider):
-    result = run_both(OPENAI_BASE_URL=provider.base_url[: -len("/v1")])
+def test_a_base_url_without_v1_gets_an_html_404_and_a_v1_hint(run, provider):
+    result = run(OPENAI_BASE_URL=provider.base_url[: -len("/v1")])
     assert_clean_failure(result, 3, "[Provider] step 1: HTTP 404：404 Not Found")
     assert "/v1" in result.err.splitlines()[1]
     assert [r.path for r in provider.requests] == ["/chat/completions"]
 
 
-def test_connection_refused_exits_3_naming_the_network(run_both, closed_port_url):
-    result = run_both(OPENAI_BASE_URL=closed_port_url)
+def test_connection_refused_exits_3_naming_the_network(run, closed_port_url):
+    result = run(OPENAI_BASE_URL=closed_port_url)
     assert_clean_failure(result, 3, "[SDK/网络] step 1: 连不上服务器")
-    assert "OPENAI_BASE_URL" in result.err
+    assert f"端点 {closed_port_url}，模型 test-model" in result.err
 
 
-def test_a_read_timeout_exits_3_after_one_retry(run_both, provider):
+def test_a_read_timeout_exits_3_after_one_retry(run, provider):
     provider.script(Reply(delay=30, json=FINAL), Reply(delay=30, json=FINAL))
-    result = run_both(OPENAI_TIMEOUT="0.4")
+    result = run(OPENAI_TIMEOUT="0.4")
     assert_clean_failure(result, 3, "[SDK/网络] step 1: 请求超时")
     assert "OPENAI_TIMEOUT" in result.err
     assert len(provider.requests) == 2
 
 
-CLI_SAMPLES = [
-    ("stop", "tool calls with length", 1),
-    ("stop", "200 with an html page", 1),
-    ("stop", "finish_reason None", 1),
-    ("failure", "ollama without tools", 3),
-    ("failure", "401 echoing the whole key", 3),
-    ("failure", "error body is a json list", 3),
-]
+CLI_SAMPLES = [("stop", "tool calls with length", 1), ("failure", "401 echoing the whole key", 3)]
 
 
 @pytest.mark.parametrize(("table", "case", "code"), CLI_SAMPLES, ids=[c for _, c, _ in CLI_SAMPLES])
@@ -639,20 +652,20 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize(("replies", "code"), HOSTILE.values(), ids=HOSTILE.keys())
-def test_hostile_provider_output_never_crashes_the_harness(provider, replies, code):
+def test_hostile_provider_output_never_crashes_the_harness(run, provider, replies, code):
     provider.script(
         *[json.loads(json.dumps(r)) if not isinstance(r, Reply) else r for r in replies]
     )
-    result = run_subprocess(environment(provider))
+    result = run()
     assert result.code == code, result.everything
     assert "Traceback" not in result.everything
     assert "\x1b" not in result.everything
     assert (result.err == "") == (code == 0)
 
 
-def test_a_surrogate_in_an_argument_key_reaches_the_terminal_escaped(provider):
+def test_a_surrogate_in_an_argument_key_reaches_the_terminal_escaped(run, provider):
     provider.script(tool_turn(tool_call("call_1", "multiply", '{"a":2,"b":3,"\\ud800":1}')), FINAL)
-    result = run_subprocess(environment(provider))
+    result = run()
     assert result.code == 0
     returned = json.loads(result.out.splitlines()[1].split(" result=", 1)[1])
     assert returned["message"].endswith('["a", "b", "\\ud800"]')
@@ -702,25 +715,52 @@ def test_a_key_with_a_backslash_is_masked_in_its_json_form_too(run, provider):
 def test_a_short_local_key_is_not_used_to_mask_other_text(run, closed_port_url):
     result = run(OPENAI_API_KEY="e", OPENAI_BASE_URL=closed_port_url)
     assert result.err.startswith("[SDK/网络] step 1: 连不上服务器（APIConnectionError")
+    assert f"端点 {closed_port_url}" in result.err
     assert "***" not in result.err
 
 
 # --- configuration that only the SDK can judge ---------------------------------------------
 
 
-@pytest.mark.parametrize("base_url", ["http://127.0.0.1:abc/v1", "http://[::1/v1"])
-def test_a_base_url_the_sdk_cannot_parse_exits_2(run, base_url):
+@pytest.mark.parametrize(
+    "base_url",
+    ["http://127.0.0.1:abc/v1", "http://[::1/v1", "http://exa mple.com/v1", "http://h/\tv1"],
+)
+def test_a_base_url_the_sdk_would_misread_exits_2_before_any_request(run, provider, base_url):
     result = run(OPENAI_BASE_URL=base_url)
-    assert result.code == 2 and result.err.startswith("[Harness] 无法创建 OpenAI 客户端")
-    assert "Traceback" not in result.everything
+    assert result.code == 2 and result.err.startswith("[Harness] OPENAI_BASE_URL 不可用")
+    assert "Traceback" not in result.everything and provider.requests == []
+
+
+def test_a_base_url_only_the_sdk_rejects_is_still_a_configuration_error():
+    config = lesson.check_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"})
+    with pytest.raises(lesson.AgentStop) as caught:
+        lesson.make_client({**config, "base_url": "http://h/\udcffv1"})
+    assert caught.value.exit_code == 2 and "无法创建 OpenAI 客户端" in caught.value.reason
 
 
 def test_an_exported_but_empty_base_url_means_the_official_endpoint(monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", "")
-    config = lesson.read_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": ""})
-    client = lesson.make_client(config)
+    config = lesson.check_config(
+        {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": ""}
+    )
+    sdk_client = lesson.make_client(config).client
     assert (
-        str(client.base_url).rstrip("/") == lesson.DEFAULT_BASE_URL == "https://api.openai.com/v1"
+        str(sdk_client.base_url).rstrip("/")
+        == lesson.DEFAULT_BASE_URL
+        == "https://api.openai.com/v1"
+    )
+    assert config["base_url_given"] is False
+
+
+def test_a_failure_on_the_default_endpoint_says_it_was_the_default(capsys):
+    config = lesson.check_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "gpt-x"})
+    stop = lesson.explain_request_failure(OSError("no route"))
+    stop.step = 1
+    lesson.report(stop, config)
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.endswith(
+        "；端点 https://api.openai.com/v1（没设 OPENAI_BASE_URL 时的默认值），模型 gpt-x"
     )
 
 
@@ -746,10 +786,134 @@ def test_an_error_that_merely_mentions_tools_gets_no_no_tools_hint(run, provider
 
 def test_the_client_uses_the_scripts_timeout_and_retry_settings(monkeypatch):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    config = lesson.read_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"})
+    config = lesson.check_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"})
     client = lesson.make_client(config)
-    assert client.max_retries == lesson.MAX_RETRIES == 1
-    assert client.timeout == lesson.DEFAULT_TIMEOUT_SECONDS == 60
+    assert client.client.max_retries == lesson.MAX_RETRIES == 1
+    assert client.client.timeout == lesson.DEFAULT_TIMEOUT_SECONDS == 60
+    assert client.seconds == 60 * 2 + 1  # the whole request, both attempts, one second spare
+
+
+# --- real model output, replayed byte for byte from llama-server (tests/recordings) ----------
+
+
+def replay(run, provider, *names, question=None):
+    """Script the recorded replies; run with the recorded model and first question."""
+    recorded = [recording(name) for name in names]
+    provider.script(*[reply for _, reply in recorded])
+    first_request = recorded[0][0]
+    model = first_request["model"]
+    result = run(question or first_request["messages"][0]["content"], OPENAI_MODEL=model)
+    return result, [request for request, _ in recorded]
+
+
+@pytest.mark.parametrize("name", ["01-call-written-as-fenced-text", "02-call-written-as-bare-text"])
+def test_a_real_model_that_writes_its_call_as_text_is_stopped_not_answered(run, provider, name):
+    result, (request,) = replay(run, provider, name)
+    assert provider.requests[0].body == request  # we sent exactly what the real server got
+    assert_clean_failure(result, 1, "[Provider] step 1: 模型把调用写成了文字")
+    assert '"name": "multiply"' in result.err and "--jinja" in result.err
+    assert "Agent>" not in result.out and "call_id=" not in result.out
+
+
+def test_a_real_native_tool_call_runs_the_whole_turn(run, provider):
+    names = ("03-native-tool-call-1.5b-step1", "04-native-tool-call-1.5b-step2")
+    result, requests = replay(run, provider, *names)
+    assert [r.body for r in provider.requests] == requests  # both requests, byte-equal JSON
+    call_id = "xygMdONiWQQH0hPp5weylmWXzBEOLrix"
+    assert (result.code, result.err) == (0, "")
+    assert result.out.splitlines() == [
+        "step 1: finish_reason=tool_calls",
+        f'step 1: multiply call_id={call_id} result={{"status":"completed","result":1517}}',
+        "step 2: finish_reason=stop",
+        "Agent> 37 乘以 41 是 1517。",
+    ]
+
+
+def test_a_real_empty_answer_is_a_model_failure(run, provider):
+    result, _ = replay(run, provider, "05-empty-final-answer")
+    assert_clean_failure(result, 1, "[Model] step 1: 模型返回了空回答")
+
+
+def test_a_real_output_cap_names_both_limits(run, provider):
+    result, _ = replay(run, provider, "06-length-from-output-cap")
+    assert_clean_failure(result, 1, '[Model] step 1: 模型没有正常结束：finish_reason="length"')
+    assert "-n/--n-predict" in result.err and "上下文" in result.err
+
+
+def test_a_real_server_without_jinja_gets_the_no_tools_hint(run, provider):
+    _, reply = recording("07-500-tools-need-jinja")
+    provider.script(reply, reply)  # a 500 is retried once
+    result = run()
+    assert_clean_failure(
+        result, 3, "[Provider] step 1: HTTP 500：tools param requires --jinja flag"
+    )
+    assert "--jinja" in result.err.splitlines()[1] and len(provider.requests) == 2
+
+
+# --- hostile or broken endpoints --------------------------------------------------------------
+
+LONG_FINAL = completion(content="3720 " * 200)  # a body far longer than the drip can send in time
+
+
+@pytest.mark.parametrize("drip_headers", [False, True], ids=["body", "headers-too"])
+def test_a_drip_fed_response_ends_at_the_whole_request_deadline(run, provider, drip_headers):
+    provider.script(*[Reply(json=LONG_FINAL, drip=0.1, drip_headers=drip_headers)] * 2)
+    started = time.monotonic()
+    result = run(OPENAI_TIMEOUT="0.5")  # each byte arrives well within the read timeout
+    elapsed = time.monotonic() - started
+    assert_clean_failure(result, 3, "[SDK/网络] step 1: 请求超时（WholeRequestTimeout")
+    assert "整次请求（含重试）超过 2 秒" in result.err
+    assert elapsed < 10, elapsed  # the drip alone would take over 100 s
+
+
+BROKEN = {
+    "body broken off": broken_off(json.dumps(FINAL).encode()[:40]),
+    "bad chunking": bad_chunked(),
+    "broken gzip": bad_gzip(json.dumps(FINAL).encode()),
+}
+
+
+@pytest.mark.parametrize("reply", BROKEN.values(), ids=BROKEN.keys())
+def test_a_response_that_breaks_off_is_not_reported_as_unreachable(run, provider, reply):
+    provider.script(reply, reply)
+    result = run()
+    assert_clean_failure(result, 3, "[SDK/网络] step 1: 连上了服务器，但响应中途断开或无法解码")
+    assert "连不上" not in result.err
+
+
+@pytest.mark.parametrize("status", [200, 502])
+def test_a_huge_hostile_error_page_is_summarised_quickly(run, provider, status):
+    page = Reply(status=status, body=b"<title>" * 40_000, content_type="text/html")
+    provider.script(page, page)
+    result = run()
+    assert result.code == (1 if status == 200 else 3)
+    assert "没有可读的文字" in result.err.splitlines()[0]
+
+
+def test_thousands_of_tool_calls_in_one_response_run_none(run, provider):
+    calls = [tool_call(f"call_{n}", "multiply", ARGS_248_15) for n in range(5000)]
+    provider.script(tool_turn(*calls), FINAL)
+    result = run()
+    assert_clean_failure(result, 1, "[Harness] step 1: 一次要执行 5000 个调用")
+    assert len(provider.requests) == 1 and "call_id=" not in result.out
+
+
+def test_the_deprecated_function_call_finish_reason_is_named_as_such(run, provider):
+    provider.script(completion(content=None, finish_reason="function_call"))
+    result = run()
+    assert_clean_failure(
+        result, 1, '[Provider] step 1: 模型没有正常结束：finish_reason="function_call"'
+    )
+    assert "已弃用" in result.err
+
+
+def test_a_200_that_cannot_be_parsed_does_not_claim_no_response_came(run, provider):
+    provider.script(Reply(body=b'{"choices": [', content_type="application/json"))
+    result = run()
+    assert_clean_failure(
+        result, 3, "[Provider] step 1: 服务器回了 HTTP 200，响应体却不是完整的 JSON"
+    )
+    assert "还没有收到" not in result.err
 
 
 # --- the self-check's fakes have the SDK's shape ----------------------------------------------
