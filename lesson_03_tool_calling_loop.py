@@ -765,7 +765,7 @@ def check_config(environ: dict) -> dict:
     base_url = given_url or DEFAULT_BASE_URL  # 显式给出：否则 SDK 会读一个 export 了却为空的变量
     problem = base_url_problem(base_url)
     if problem:
-        shown = clip(re.sub(r"//[^/@]*@", "//***@", base_url), 120)  # 不回显地址里的密码
+        shown = clip(re.sub(r"//.*@", "//***@", base_url), 120)  # 不回显地址里的密码
         raise config_error(f"OPENAI_BASE_URL 不可用（{shown}）：{problem}", HINT_URL_FORM)
     raw_timeout = environ.get("OPENAI_TIMEOUT", "").strip()
     try:
@@ -791,8 +791,8 @@ def base_url_problem(url: str) -> str:
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError as error:  # 例如端口 99999 或 abc、没闭合的 [IPv6]
-        return f"地址无法解析（{clip(str(error), 60)}）"
+    except ValueError:  # 例如端口 99999 或 abc、没闭合的 [IPv6]；原话会带出地址里的字，不引用
+        return "地址无法解析：端口要是 1–65535 之间的数字，IPv6 地址要用 [] 括好"
     if not url.isprintable() or any(char.isspace() for char in url):
         return "地址里有空格或控制字符"
     if parts.scheme not in ("http", "https") or not parts.hostname:

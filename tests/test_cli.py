@@ -1,107 +1,321 @@
-"""The command line before any request: usage and config errors exit 2 with one clear line."""
+"""The command line, run in-process through main(): arguments, help, and the configuration
+checks that stop a run with exit 2 before any request is sent."""
 
-import os
-import subprocess
+import json
+import re
 import sys
-from pathlib import Path
+from dataclasses import dataclass
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "lesson_03_tool_calling_loop.py"
+import lesson_03_tool_calling_loop as lesson
+from tests.provider_server import ProviderServer, completion
+
 KEY = "sk-cli-secret-0123456789"
+SCRIPT_NAME = "lesson_03_tool_calling_loop.py"
 
 
-def run_cli(*args, env=None, pythonpath=None):
-    base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    if pythonpath:
-        base["PYTHONPATH"] = str(pythonpath)
-    base.update(env or {})
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=base, timeout=60
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def err_lines(self):
+        return self.err.splitlines()
+
+
+@pytest.fixture
+def run(capsys):
+    """Call main(args, env) in-process and return its exit code and what it printed."""
+
+    def runner(args, env):
+        code = lesson.main(list(args), dict(env))
+        captured = capsys.readouterr()
+        return Run(code, captured.out, captured.err)
+
+    return runner
+
+
+@pytest.fixture(scope="module")
+def shared_server():
+    """One scripted server for the module: stopping one after every test costs ~50 ms."""
+    with ProviderServer() as server:
+        yield server
+
+
+class Watched:
+    """The shared server, seen from one test: `requests` are those made since it began."""
+
+    def __init__(self, server):
+        self.server, self.seen = server, len(server.requests)
+        self.port, self.base_url = server.port, server.base_url
+
+    @property
+    def requests(self):
+        return self.server.requests[self.seen :]
+
+    def script(self, *replies):
+        self.server.script(*replies)
+
+
+@pytest.fixture
+def server(shared_server):
+    """The shared server with nothing scripted: any request gets HTTP 500."""
+    shared_server.script()
+    return Watched(shared_server)
+
+
+@pytest.fixture
+def env(server):
+    """A complete, valid configuration pointing at the shared server."""
+    return {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "test-model", "OPENAI_BASE_URL": server.base_url}
+
+
+# ---------------------------------------------------------------------------
+# Missing and bad configuration: exit 2, one clear two-line report, no request
+# ---------------------------------------------------------------------------
+
+MISSING = [
+    pytest.param({}, "OPENAI_API_KEY", id="nothing-set"),
+    pytest.param({"OPENAI_MODEL": "m"}, "OPENAI_API_KEY", id="no-key"),
+    pytest.param({"OPENAI_API_KEY": "   ", "OPENAI_MODEL": "m"}, "OPENAI_API_KEY", id="blank-key"),
+    pytest.param({"OPENAI_API_KEY": KEY}, "OPENAI_MODEL", id="no-model"),
+    pytest.param({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "   "}, "OPENAI_MODEL", id="blank-model"),
+]
+
+
+@pytest.mark.parametrize(("variables", "missing"), MISSING)
+def test_a_missing_variable_exits_2_naming_it_in_two_stderr_lines(run, server, variables, missing):
+    result = run([], {"OPENAI_BASE_URL": server.base_url, **variables})
+    reported = (result.code, result.err_lines[:1], len(result.err_lines), result.out)
+    assert reported == (2, [f"[Harness] 缺少环境变量 {missing}"], 2, ""), result.err
+
+
+# (variable overrides, the variable the report must name); {port} is the server's port
+BAD_CONFIGURATION = [
+    pytest.param({"OPENAI_BASE_URL": "localhost:{port}/v1"}, "OPENAI_BASE_URL", id="no-scheme"),
+    pytest.param(
+        {"OPENAI_BASE_URL": "http://127.0.0.1:{port}/v1/chat/completions"},
+        "OPENAI_BASE_URL",
+        id="full-endpoint-path",
+    ),
+    pytest.param(
+        {"OPENAI_BASE_URL": "http://127.0.0.1:99999/v1"}, "OPENAI_BASE_URL", id="port-99999"
+    ),
+    pytest.param({"OPENAI_BASE_URL": "http://127.0.0.1:0/v1"}, "OPENAI_BASE_URL", id="port-0"),
+    pytest.param({"OPENAI_BASE_URL": "http://127.0.0.1:abc/v1"}, "OPENAI_BASE_URL", id="port-abc"),
+    pytest.param({"OPENAI_BASE_URL": "http://[::1/v1"}, "OPENAI_BASE_URL", id="unclosed-ipv6"),
+    pytest.param({"OPENAI_BASE_URL": "ftp://127.0.0.1:{port}/v1"}, "OPENAI_BASE_URL", id="ftp"),
+    pytest.param(
+        {"OPENAI_BASE_URL": "http://127.0.0.1:{port}/v1?api-version=2024-01-01"},
+        "OPENAI_BASE_URL",
+        id="query-string",
+    ),
+    pytest.param(
+        {"OPENAI_BASE_URL": "http://127.0.0.1:{port}/v1#fragment"}, "OPENAI_BASE_URL", id="fragment"
+    ),
+    pytest.param(
+        {"OPENAI_BASE_URL": "http://user:pass@127.0.0.1:{port}/v1"},
+        "OPENAI_BASE_URL",
+        id="userinfo",
+    ),
+    *(
+        pytest.param({"OPENAI_TIMEOUT": value}, "OPENAI_TIMEOUT", id=f"timeout-{value}")
+        for value in ["soon", "0", "nan", "inf", "-1", "3601", "1e308"]
+    ),
+    pytest.param({"OPENAI_API_KEY": KEY + "“"}, "OPENAI_API_KEY", id="non-ascii-key"),
+    pytest.param({"OPENAI_API_KEY": "sk-cli secret-0123456789"}, "OPENAI_API_KEY", id="key-space"),
+    pytest.param({"OPENAI_MODEL": "gpt-\udcff"}, "OPENAI_MODEL", id="model-lone-surrogate"),
+]
+
+
+def configured(env, server, overrides):
+    """env with the overrides applied: {port} becomes the server's port, None removes."""
+    variables = {**env, **overrides}
+    return {
+        name: value.replace("{port}", str(server.port))
+        for name, value in variables.items()
+        if value is not None
+    }
+
+
+@pytest.mark.parametrize(("overrides", "variable"), BAD_CONFIGURATION)
+def test_bad_configuration_exits_2_naming_the_variable(run, env, server, overrides, variable):
+    result = run([], configured(env, server, overrides))
+    first = result.err_lines[0] if result.err_lines else ""
+    assert (result.code, first.startswith("[Harness] "), variable in first) == (2, True, True), (
+        result.err
     )
 
 
-def assert_clean_failure(done, code):
-    assert done.returncode == code, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr
-    assert 1 <= len(done.stderr.splitlines()) <= 2
-    assert KEY not in done.stdout + done.stderr
+@pytest.mark.parametrize(("overrides", "variable"), BAD_CONFIGURATION)
+def test_bad_configuration_sends_no_request(run, env, server, overrides, variable):
+    run([], configured(env, server, overrides))
+    assert server.requests == []
+
+
+@pytest.mark.parametrize(("overrides", "variable"), BAD_CONFIGURATION)
+def test_bad_configuration_is_reported_in_two_stderr_lines_only(
+    run, env, server, overrides, variable
+):
+    result = run([], configured(env, server, overrides))
+    assert (len(result.err_lines), result.out) == (2, ""), result.err
 
 
 @pytest.mark.parametrize(
-    ("env", "missing"),
+    "password",
     [
-        ({}, "OPENAI_API_KEY"),
-        ({"OPENAI_MODEL": "m"}, "OPENAI_API_KEY"),
-        ({"OPENAI_API_KEY": KEY}, "OPENAI_MODEL"),
-        ({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "   "}, "OPENAI_MODEL"),
+        pytest.param("pass", id="plain"),
+        pytest.param("alpha@omega9", id="with-at-sign"),
+        pytest.param("alpha:omega9", id="with-colon"),
+        pytest.param("alpha/omega9", id="with-slash"),
     ],
 )
-def test_a_missing_variable_exits_2_and_names_it(env, missing):
-    done = run_cli(env=env)
-    assert_clean_failure(done, 2)
-    assert f"[Harness] 缺少环境变量 {missing}" in done.stderr
-    assert done.stdout == ""
+def test_a_password_in_the_base_url_is_never_echoed(run, env, server, password):
+    url = f"http://user:{password}@127.0.0.1:{server.port}/v1"
+    result = run([], {**env, "OPENAI_BASE_URL": url})
+    assert result.code == 2
+    leaked = [part for part in re.split("[@:/]", password) if part in result.out + result.err]
+    assert leaked == [], result.err
 
 
 @pytest.mark.parametrize(
-    ("extra", "part"),
+    "overrides",
     [
-        ({"OPENAI_BASE_URL": "localhost:11434/v1"}, "http://"),
-        ({"OPENAI_BASE_URL": "https://api.example.com/v1/chat/completions"}, "/chat/completions"),
-        ({"OPENAI_TIMEOUT": "soon"}, "OPENAI_TIMEOUT"),
-        ({"OPENAI_TIMEOUT": "0"}, "OPENAI_TIMEOUT"),
-        ({"OPENAI_TIMEOUT": "nan"}, "OPENAI_TIMEOUT"),
-        ({"OPENAI_API_KEY": KEY + "“"}, "OPENAI_API_KEY"),
-        ({"OPENAI_API_KEY": "sk-abc def-0123456789"}, "OPENAI_API_KEY"),
+        pytest.param({"OPENAI_MODEL": None}, id="no-model"),
+        pytest.param({"OPENAI_MODEL": "   "}, id="blank-model"),
+        *(pytest.param(param.values[0], id=param.id) for param in BAD_CONFIGURATION),
     ],
 )
-def test_bad_configuration_exits_2(extra, part):
-    done = run_cli(env={"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", **extra})
-    assert_clean_failure(done, 2)
-    assert done.stderr.startswith("[Harness] ") and part in done.stderr
+def test_the_api_key_never_appears_in_a_configuration_report(run, env, server, overrides):
+    variables = configured(env, server, overrides)
+    secret = variables["OPENAI_API_KEY"].strip()
+    result = run([], variables)
+    assert (result.code, len(secret) >= 8) == (2, True)  # a report with a real key to leak
+    assert secret not in result.out + result.err
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ("--selfcheck",),
-        ("-self-check",),
-        ("-help",),
-        ("-x",),
-        ("two", "questions"),
-        ("",),
-        ("   ",),
-        (b"\xff\xfe",),
-    ],
-)
-def test_bad_arguments_exit_2_with_usage(args):
-    done = run_cli(*args)
-    assert done.returncode == 2
-    assert "参数错误" in done.stderr and "用法" in done.stderr
+# ---------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------
+
+USAGE_ERRORS = [
+    pytest.param(["--selfcheck"], id="--selfcheck"),
+    pytest.param(["-self-check"], id="-self-check"),
+    pytest.param(["-help"], id="-help"),
+    pytest.param(["-x"], id="-x"),
+    pytest.param(["--show-messages=1"], id="--show-messages=1"),
+    pytest.param([""], id="empty-question"),
+    pytest.param(["   "], id="blank-question"),
+    pytest.param(["--self-check", "6 乘以 7"], id="self-check-with-question"),
+    pytest.param(["--self-check", "--show-messages"], id="self-check-with-show-messages"),
+    pytest.param(["\udcff"], id="lone-surrogate-question"),
+]
 
 
-def test_help_exits_0():
-    done = run_cli("--help")
-    assert done.returncode == 0 and done.stdout.startswith("用法")
-
-
-def test_openai_not_installed_exits_2_with_the_install_command(tmp_path):
-    (tmp_path / "openai").mkdir()
-    (tmp_path / "openai" / "__init__.py").write_text(
-        "raise ImportError('No module named openai')\n"
+@pytest.mark.parametrize("args", USAGE_ERRORS)
+def test_a_usage_error_exits_2_with_the_usage_line(run, env, args):
+    result = run(args, env)
+    assert (result.code, "参数错误" in result.err, "用法" in result.err) == (2, True, True), (
+        result.err
     )
-    done = run_cli(env={"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"}, pythonpath=tmp_path)
-    assert_clean_failure(done, 2)
-    assert "没有安装 openai" in done.stderr and "pip install -r requirements.txt" in done.stderr
 
 
-def test_a_model_name_that_cannot_be_encoded_exits_2():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    env = {k.encode(): v.encode() for k, v in env.items()}
-    env.update({b"OPENAI_API_KEY": KEY.encode(), b"OPENAI_MODEL": b"gpt-\xff"})
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60
+@pytest.mark.parametrize("args", USAGE_ERRORS)
+def test_a_usage_error_prints_two_stderr_lines_and_sends_nothing(run, env, server, args):
+    result = run(args, env)
+    assert (len(result.err_lines), result.out, server.requests) == (2, "", []), result.err
+
+
+@pytest.mark.parametrize(
+    ("args", "question"),
+    [
+        pytest.param([], lesson.DEFAULT_QUESTION, id="default"),
+        pytest.param(["帮我算一下", "6", "乘以", "7"], "帮我算一下 6 乘以 7", id="words-joined"),
+        pytest.param(["--", "--self-check"], "--self-check", id="after-double-dash"),
+        pytest.param(["--show-messages", "--", "-x"], "-x", id="option-then-double-dash"),
+        pytest.param(["-7 乘以 6"], "-7 乘以 6", id="leading-minus-number"),
+        pytest.param(["-7", "乘以", "6"], "-7 乘以 6", id="leading-minus-word"),
+    ],
+)
+def test_the_question_words_become_the_user_message(run, env, server, args, question):
+    server.script(completion(content="42"))
+    result = run(args, env)
+    sent = [request.body["messages"] for request in server.requests]
+    assert (result.code, sent) == (0, [[{"role": "user", "content": question}]]), result.err
+
+
+def test_show_messages_before_double_dash_still_prints_the_history(run, env, server):
+    server.script(completion(content="42"))
+    result = run(["--show-messages", "--", "-x"], env)
+    lines = result.out.splitlines()
+    assert lines[:2] == ["step 1: finish_reason=stop", "Agent> 42"], result.err
+    assert json.loads("\n".join(lines[2:])) == [
+        {"role": "user", "content": "-x"},
+        {"role": "assistant", "content": "42"},
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Help
+# ---------------------------------------------------------------------------
+
+HELP_FLAGS = pytest.mark.parametrize("flag", ["--help", "-h"])
+
+
+@HELP_FLAGS
+def test_help_exits_0_on_stdout_without_any_configuration(run, flag):
+    result = run([flag], {})
+    assert (result.code, result.err, result.out.startswith("用法")) == (0, "", True)
+
+
+@HELP_FLAGS
+@pytest.mark.parametrize(
+    "variable", ["OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_BASE_URL", "OPENAI_TIMEOUT"]
+)
+def test_help_names_every_variable_the_script_reads(run, flag, variable):
+    assert variable in run([flag], {}).out
+
+
+@HELP_FLAGS
+def test_help_lists_every_exit_code(run, flag):
+    out = run([flag], {}).out
+    section = out.split("退出码", 1)[1].split("例子", 1)[0]
+    listed = {int(code) for code in re.findall(r"(?:^|[：；\s])(\d+) ", section)}
+    assert listed == {0, 1, 2, 3, 4, 130}, section
+
+
+@HELP_FLAGS
+def test_help_shows_at_least_two_example_commands(run, flag):
+    out = run([flag], {}).out
+    examples = out.split("例子", 1)[1].splitlines()
+    commands = [line for line in examples if SCRIPT_NAME in line]
+    assert len(commands) >= 2, examples
+
+
+# ---------------------------------------------------------------------------
+# openai not installed
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def without_openai(monkeypatch):
+    monkeypatch.setitem(sys.modules, "openai", None)  # `import openai` now raises ImportError
+
+
+def test_without_openai_exits_2_naming_the_sdk(run, env, server, without_openai):
+    result = run([], env)
+    assert (result.code, result.err_lines[:1], server.requests) == (
+        2,
+        ["[Harness] 没有安装 openai SDK"],
+        [],
     )
-    assert_clean_failure(done, 2)
-    assert "OPENAI_MODEL" in done.stderr
+
+
+def test_without_openai_the_hint_is_a_pip_command_that_works_from_any_directory(
+    run, env, without_openai
+):
+    err = run([], env).err
+    assert ('pip install "openai>=1.109.1,<4"' in err, "requirements" in err) == (True, False), err

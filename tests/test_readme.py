@@ -22,11 +22,24 @@ def test_the_two_set_up_commands_are_the_ones_ci_runs():
     block = README.split("## 两条命令", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     commands = [line for line in block.splitlines() if line and not line.startswith("#")]
     assert commands == [
-        "python lesson_03_tool_calling_loop.py --self-check",
-        "python -m pip install -r requirements-dev.txt && python -m pytest",
+        "python3 lesson_03_tool_calling_loop.py --self-check",
+        "python3 -m venv .venv && . .venv/bin/activate"
+        " && python -m pip install -r requirements-dev.txt && python -m pytest",
     ]
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert f"\n{commands[1]}\n" in ci
+
+
+def test_the_exit_code_table_matches_the_help_text():
+    table = README.split("### 退出码", 1)[1].split("\n## ", 1)[0]
+    codes = re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)
+    assert codes == ["0", "1", "2", "3", "4", "130"]
+    help_codes = re.findall(
+        r"(\d+) [^\d；]", lesson.HELP.split("退出码：", 1)[1].split("例子", 1)[0]
+    )
+    assert help_codes == codes
+    named = {int(c) for c in codes} - {130}
+    assert named == {value for name, value in vars(lesson).items() if name.startswith("EXIT_")}
 
 
 def test_the_readme_shows_the_self_checks_real_last_lines():

@@ -1,14 +1,15 @@
 """The offline self-check: runs under -O, imports no openai, catches planted bugs."""
 
 import ast
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "lesson_03_tool_calling_loop.py"
+import lesson_03_tool_calling_loop as lesson
+
+SCRIPT = Path(lesson.__file__).resolve()
 
 
 def self_check(script=SCRIPT, *flags):
@@ -20,24 +21,42 @@ def self_check(script=SCRIPT, *flags):
     )
 
 
+def test_there_are_eight_self_checks():
+    assert len(lesson.SELF_CHECKS) == 8
+
+
 @pytest.mark.parametrize("flags", [(), ("-O",), ("-OO",)], ids=["plain", "-O", "-OO"])
-def test_self_check_passes(flags):
+def test_self_check_passes_with_one_ok_line_per_check(flags):
     done = self_check(SCRIPT, *flags)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[-1] == "self-check passed"
-    assert len(lines) >= 8 and all(" ok  " in line for line in lines[:-1])
-    assert done.stderr == ""
+    total = len(lesson.SELF_CHECKS)
+    ok_lines = [f"[{n}/{total}] ok  {name}" for n, (name, _) in enumerate(lesson.SELF_CHECKS, 1)]
+    assert (done.returncode, done.stdout.splitlines(), done.stderr) == (
+        0,
+        [*ok_lines, "self-check passed"],
+        "",
+    )
 
 
-def test_self_check_never_imports_openai(tmp_path):
-    # A poisoned openai package on the path: importing it at all fails the run.
-    poisoned = tmp_path / "openai"
-    poisoned.mkdir()
-    (poisoned / "__init__.py").write_text("raise SystemExit('self-check imported openai')\n")
+@pytest.fixture
+def poisoned_openai(tmp_path):
+    """A folder whose openai package ends the interpreter the moment it is imported."""
+    package = tmp_path / "poisoned" / "openai"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise SystemExit('imported openai')\n")
+    return package.parent
+
+
+def test_the_poisoned_openai_package_stops_an_import(poisoned_openai):
+    # Guards the next test against passing vacuously: the poison must really bite.
+    probe = f"import sys; sys.path.insert(0, {str(poisoned_openai)!r}); import openai"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr.strip()) == (1, "imported openai")
+
+
+def test_self_check_never_imports_openai(poisoned_openai):
     probe = (
         "import runpy, sys\n"
-        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        f"sys.path.insert(0, {str(poisoned_openai)!r})\n"
         f"sys.argv = [{str(SCRIPT)!r}, '--self-check']\n"
         "try:\n"
         f"    runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
@@ -46,14 +65,16 @@ def test_self_check_never_imports_openai(tmp_path):
         "print('openai' in sys.modules, code)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert done.stdout.splitlines()[-1] == "False 0", done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1:] == ["False 0"], done.stdout + done.stderr
 
 
 def test_the_script_has_no_assert_statements():
     tree = ast.parse(SCRIPT.read_text(encoding="utf-8"))
+    assert any(isinstance(node, ast.If) for node in ast.walk(tree))  # the walk sees statements
     assert [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assert)] == []
 
 
+# Each entry replaces one exact piece of the script (found exactly once) with a bug.
 PLANTED_BUGS = {
     "bool accepted": (
         "isinstance(value, bool) or not isinstance(value, int)",
@@ -66,47 +87,48 @@ PLANTED_BUGS = {
         'if not {"a", "b"} <= set(arguments):',
     ),
     "length passed off as final": (
-        'elif finish_reason != "stop":',
-        'elif finish_reason not in ("stop", "length"):',
+        'if finish_reason != "stop":',
+        'if finish_reason not in ("stop", "length"):',
     ),
     "tool calls run whatever the finish_reason": (
         'if tool_calls and finish_reason != "tool_calls":',
         "if False:",
     ),
-    "missing ids accepted": ("if not is_text(call_id) or not call_id:", "if False:"),
+    "missing ids accepted": ("not all(ids) or ", ""),
+    "duplicate ids accepted": (" or len(set(ids)) < len(ids)", ""),
     "tool_call_id dropped": ('"tool_call_id": call.id', '"tool_call_id": ""'),
     "one request too many": ("range(1, MAX_STEPS + 1)", "range(1, MAX_STEPS + 2)"),
     "loose JSON": ('separators=(",", ":")', 'separators=(", ", ": ")'),
+    "Schema loses additionalProperties False": ('"additionalProperties": False,', ""),
+    'Schema\'s a becomes "number"': ('"a": {"type": "integer"},', '"a": {"type": "number"},'),
+    "Schema requires only a": ('"required": ["a", "b"],', '"required": ["a"],'),
+    "empty answer accepted": ("if not text.strip():", "if False:"),
+    "call written as text accepted": ("if looks_like_tool_call_text(text):", "if False:"),
 }
+
+
+@pytest.mark.parametrize(("original", "planted"), PLANTED_BUGS.values(), ids=PLANTED_BUGS.keys())
+def test_every_planted_bug_has_an_anchor_found_exactly_once(original, planted):
+    source = SCRIPT.read_text(encoding="utf-8")
+    assert source.count(original) == 1, f"mutation anchor not found once: {original}"
+    assert planted != original
 
 
 @pytest.mark.parametrize(("original", "planted"), PLANTED_BUGS.values(), ids=PLANTED_BUGS.keys())
 def test_self_check_under_python_O_catches_a_planted_bug(tmp_path, original, planted):
     source = SCRIPT.read_text(encoding="utf-8")
-    assert source.count(original) == 1, f"mutation anchor not found once: {original}"
+    mutant_source = source.replace(original, planted, 1)
+    assert mutant_source != source, f"mutation anchor not found: {original}"
     mutant = tmp_path / SCRIPT.name
-    mutant.write_text(source.replace(original, planted), encoding="utf-8")
+    mutant.write_text(mutant_source, encoding="utf-8")
     done = self_check(mutant, "-O")
-    assert done.returncode == 1, done.stdout
-    assert "失败" in done.stderr and done.stderr.splitlines()[-1] == "self-check failed"
-    assert "Traceback" not in done.stderr
-
-
-def test_a_reader_that_leaves_early_causes_no_traceback():
-    read_end, write_end = os.pipe()
-    os.close(read_end)  # like `| head -c1` having already exited
-    try:
-        done = subprocess.run(
-            [sys.executable, str(SCRIPT), "--self-check"],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=60,
-        )
-    finally:
-        os.close(write_end)
-    assert done.returncode == 0
-    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert (done.returncode, "失败" in done.stderr, lines[-1:], "Traceback" in done.stderr) == (
+        1,
+        True,
+        ["self-check failed"],
+        False,
+    ), done.stdout + done.stderr
 
 
 def test_output_streams_without_reconfigure_are_fine():
