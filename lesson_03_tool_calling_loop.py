@@ -22,21 +22,15 @@ from types import SimpleNamespace
 EXIT_OK, EXIT_STOPPED, EXIT_USAGE, EXIT_REQUEST_FAILED, EXIT_OUTPUT_FAILED = 0, 1, 2, 3, 4
 
 
-# ===========================================================================
-# 第一部分：课文
-# ===========================================================================
+# ======================== 第一部分：课文 ========================
 
-# ---------------------------------------------------------------------------
-# §1 模型只申请调用，Python 才执行工具
-# ---------------------------------------------------------------------------
+# ---- §1 模型只申请调用，Python 才执行工具 ----
 # 模型回的是一张“工具订单”：id、函数名和 JSON 参数。真正做乘法的，永远是下面的 Python 代码。
 # 这是普通的 Tool Calling Loop，不是 ReAct：ReAct 还要求推理轨迹与动作交错生成。
 DEFAULT_QUESTION = "帮我算一下 248 乘以 15"
 
 
-# ---------------------------------------------------------------------------
-# §2 不要让模型控制 eval()
-# ---------------------------------------------------------------------------
+# ---- §2 不要让模型控制 eval() ----
 # 模型写的表达式受用户和外部内容左右，eval() 却把它当 Python 代码执行：能读文件、起进程。
 # 所以这里不解析表达式：模型只交来两个整数，运算是写死的。
 MAX_ABS_VALUE = 1_000_000
@@ -53,15 +47,7 @@ def multiply(a: int, b: int) -> int:
     return a * b
 
 
-def json_type_name(value: object) -> str:
-    """用模型看得懂的 JSON 类型名描述一个值。"""
-    names = {bool: "布尔值", float: "小数", str: "字符串", dict: "对象", list: "数组"}
-    return "空值 null" if value is None else names.get(type(value), f"「{type(value).__name__}」")
-
-
-# ---------------------------------------------------------------------------
-# §3 Schema 和执行侧要同时校验
-# ---------------------------------------------------------------------------
+# ---- §3 Schema 和执行侧要同时校验 ----
 # Schema 只是给模型的填写说明。模型照样可能写出坏 JSON、未知工具、"248" 或多余字段，
 # 兼容端点按 Schema 校验的严格程度也各不相同，所以执行前真正的门是下面的 Router。
 TOOLS = [
@@ -72,10 +58,7 @@ TOOLS = [
             "description": "Multiply two integers",
             "parameters": {
                 "type": "object",
-                "properties": {
-                    "a": {"type": "integer"},
-                    "b": {"type": "integer"},
-                },
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                 "required": ["a", "b"],
                 "additionalProperties": False,
             },
@@ -132,9 +115,7 @@ def reject_duplicate_keys(pairs: list) -> dict:
     return dict(pairs)
 
 
-# ---------------------------------------------------------------------------
-# §4 有限步 Agent Loop
-# ---------------------------------------------------------------------------
+# ---- §4 有限步 Agent Loop ----
 # MAX_STEPS 数的是模型请求，不是消息。它限住时间和费用，是最后的止损线；
 # 模型反复调用、工具反复报错、提示词缺少停止条件，这些根因它一个也修不了。
 MAX_STEPS = 8
@@ -229,9 +210,7 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
         raise
 
 
-# ---------------------------------------------------------------------------
-# §5 tool_call_id 为什么不能丢
-# ---------------------------------------------------------------------------
+# ---- §5 tool_call_id 为什么不能丢 ----
 # tool_call_id 是订单号：一次可能并行几个调用，模型靠它知道哪份结果回答哪次调用。
 # 本课只用三种 role：user（需求）、assistant（文字或 tool_calls）、tool（带 id 的结果）；
 # 不要把 Anthropic 的 tool_use/tool_result Content Block 和它混成一套协议。
@@ -252,9 +231,7 @@ def pairing_problems(messages: list) -> list:
     return problems + [f"调用 {call_id!r} 没有结果" for call_id in open_ids]
 
 
-# ---------------------------------------------------------------------------
-# §6 运行：连上真实端点
-# ---------------------------------------------------------------------------
+# ---- §6 运行：连上真实端点 ----
 # 在线运行读三个环境变量：OPENAI_API_KEY、OPENAI_MODEL，和第三方端点才需要的
 # OPENAI_BASE_URL。发出请求之前，check_config() 先把它们检查一遍；不读任何本地登录文件。
 
@@ -272,22 +249,18 @@ def make_client(config: dict) -> object:
             timeout=config["timeout"],
             max_retries=MAX_RETRIES,
         )
-    except Exception as error:  # 地址里有 SDK 也解析不了的部分
-        raise config_error(f"无法创建 OpenAI 客户端：{clip(str(error))}", HINT_BASE_URL) from None
+    except Exception as error:  # 例如主机名不是合法的国际化域名：SDK 自己的检查
+        raise config_error(f"无法创建 OpenAI 客户端：{clip(str(error))}", HINT_URL_FORM) from None
     return DeadlineClient(client, config["deadline"])
 
 
-# ---------------------------------------------------------------------------
-# §7 下一课从哪里接上
-# ---------------------------------------------------------------------------
+# ---- §7 下一课从哪里接上 ----
 # messages 现在是一个完整的 Turn，但只活在进程内存里。崩溃后要接着来：Session 存消息，
 # Checkpoint 存跑到了哪里；工具有外部副作用（邮件、付款）时，还要 Execution Ledger 记下
 # 实际执行过什么，幂等保证重试不重做。纯乘法没有副作用。
 
 
-# ===========================================================================
-# 第二部分：自检
-# ===========================================================================
+# ======================== 第二部分：自检 ========================
 
 
 class SelfCheckFailed(Exception):
@@ -366,15 +339,12 @@ def check_router() -> None:
     expect(unknown["status"] == "error" and "delete_files" in unknown["message"], "未知工具应受控")
 
 
-ARTICLE_STEP_LINES = [
-    "step 1: finish_reason=tool_calls",
-    'step 1: multiply call_id=call_1 result={"status":"completed","result":3720}',
-    "step 2: finish_reason=stop",
-]
-
-
 def check_happy_path() -> None:
-    final = "248 乘以 15 等于 3720。"
+    final, result = "248 乘以 15 等于 3720。", '{"status":"completed","result":3720}'
+    article = [
+        "step 1: finish_reason=tool_calls",
+        f"step 1: multiply call_id=call_1 result={result}",
+    ]
     outcome, client, messages, lines = run_fake(
         fake_response("tool_calls", tool_calls=[fake_call("call_1")]),
         fake_response("stop", content=final),
@@ -382,13 +352,12 @@ def check_happy_path() -> None:
     expect(outcome == final and len(client.requests) == 2, f"应两次请求后得到回答：{outcome}")
     expect(set(client.requests[0]) == {"model", "messages", "tools"}, "请求只带三个参数")
     sent = client.requests[1]["messages"][-1]
-    result = '{"status":"completed","result":3720}'
     want = {"role": "tool", "tool_call_id": "call_1", "content": result}
     expect(sent == want, f"第二次请求应带 call_1 的结果 3720，实际 {sent}")
     roles = [m["role"] for m in messages]
     expect(roles == ["user", "assistant", "tool", "assistant"], f"消息序列不对：{roles}")
     expect(messages[1]["content"] == "", "content 为 null 时应存成空字符串")
-    expect(lines == ARTICLE_STEP_LINES, f"打印的步骤行与课文不同：{lines}")
+    expect(lines == [*article, "step 2: finish_reason=stop"], f"步骤行与课文不同：{lines}")
 
 
 def check_pairing() -> None:
@@ -478,19 +447,21 @@ def self_check() -> int:
     return EXIT_OK
 
 
-# ===========================================================================
-# 第三部分：附录——真实世界的防护
-# ===========================================================================
+# ======================== 第三部分：附录——真实世界的防护 ========================
 
-# ---------------------------------------------------------------------------
-# 文字与终端：模型和 Provider 送来的字符串，打印或回传之前先过这几道关
-# ---------------------------------------------------------------------------
+# ---- 文字与终端：模型和 Provider 送来的字符串，打印或回传之前先过这几道关 ----
 SECRETS: list = []  # check_config() 登记 API Key；任何输出都先遮住它
 # 能操纵终端的字符：C0（换行、制表符除外）、DEL、C1（如 U+009B CSI）、双向文字控制符
 TERMINAL_UNSAFE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 )
 CALL_TAGS = ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]")
+
+
+def json_type_name(value: object) -> str:
+    """用模型看得懂的 JSON 类型名描述一个值。"""
+    names = {bool: "布尔值", float: "小数", str: "字符串", dict: "对象", list: "数组"}
+    return "空值 null" if value is None else names.get(type(value), f"「{type(value).__name__}」")
 
 
 def redact(text: str) -> str:
@@ -552,9 +523,7 @@ class SafeOutput:
             self.failed = True
 
 
-# ---------------------------------------------------------------------------
-# 响应与失败：把 finish_reason、SDK 的异常和 Provider 的错误体翻译成能照着查的一行
-# ---------------------------------------------------------------------------
+# ---- 响应与失败：把 finish_reason、SDK 的异常和 Provider 的错误体翻译成能照着查的一行 ----
 HINT_ENDPOINT = "这个端点的响应与 OpenAI 协议不一致，Harness 不会替它猜；换模型或端点再试"
 HINT_BASE_URL = "检查 OPENAI_BASE_URL 是否指向 API（通常以 /v1 结尾），以及 Provider 的原话"
 HINT_MAX_STEPS = "模型一直在调用工具；检查问题、模型能力，以及工具错误是否反复出现"
@@ -733,9 +702,7 @@ class DeadlineClient:
         return outcome["response"]
 
 
-# ---------------------------------------------------------------------------
-# 配置：在发出任何请求之前，把填错的环境变量说清楚（退出码 2）
-# ---------------------------------------------------------------------------
+# ---- 配置：在发出任何请求之前，把填错的环境变量说清楚（退出码 2） ----
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_SECONDS = 60.0  # SDK 默认等 10 分钟，学习时太久
 MAX_TIMEOUT_SECONDS = 3600.0
@@ -808,9 +775,7 @@ def base_url_problem(url: str) -> str:
     return ""
 
 
-# ---------------------------------------------------------------------------
-# 命令行：解析参数、运行，把 AgentStop 变成两行说明和退出码
-# ---------------------------------------------------------------------------
+# ---- 命令行：解析参数、运行，把 AgentStop 变成两行说明和退出码 ----
 HELP = """\
 用法：python lesson_03_tool_calling_loop.py [--show-messages] [问题……]
       python lesson_03_tool_calling_loop.py --self-check

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import openai  # noqa: F401  (no skip: without the SDK these tests must fail, not vanish)
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 import lesson_03_tool_calling_loop as lesson
 from tests.provider_server import (
@@ -732,11 +734,21 @@ def test_a_base_url_the_sdk_would_misread_exits_2_before_any_request(run, provid
     assert "Traceback" not in result.everything and provider.requests == []
 
 
-def test_a_base_url_only_the_sdk_rejects_is_still_a_configuration_error():
-    config = lesson.check_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"})
-    with pytest.raises(lesson.AgentStop) as caught:
-        lesson.make_client({**config, "base_url": "http://h/\udcffv1"})
-    assert caught.value.exit_code == 2 and "无法创建 OpenAI 客户端" in caught.value.reason
+@settings(max_examples=300, deadline=None)
+@given(rest=st.text(max_size=30))
+@example(rest="h/\udcffv1")
+@example(rest="h\x00/v1")
+@example(rest="h:99999/v1")
+@example(rest="\xa1")  # not a valid internationalised host name: only the SDK refuses it
+def test_any_base_url_either_makes_a_client_or_is_a_configuration_error(rest):
+    environ = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": "http://" + rest}
+    try:
+        client = lesson.make_client(lesson.check_config(environ))
+    except lesson.AgentStop as stop:
+        assert (stop.link, stop.exit_code) == ("Harness", 2)
+        assert "Traceback" not in stop.reason
+    else:
+        assert str(client.client.base_url).startswith("http://")
 
 
 def test_an_exported_but_empty_base_url_means_the_official_endpoint(monkeypatch):
