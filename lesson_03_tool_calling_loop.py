@@ -25,14 +25,14 @@ EXIT_OK, EXIT_STOPPED, EXIT_USAGE, EXIT_REQUEST_FAILED, EXIT_OUTPUT_FAILED = 0, 
 # ======================== 第一部分：课文 ========================
 
 # ---- §1 模型只申请调用，Python 才执行工具 ----
-# 模型回的是一张“工具订单”：id、函数名和 JSON 参数。真正做乘法的，永远是下面的 Python 代码。
-# 这是普通的 Tool Calling Loop，不是 ReAct：ReAct 还要求推理轨迹与动作交错生成。
+# 模型从不亲手计算：它在回复里写下想调用哪个函数、传什么参数（附一个 id），由下面的
+# Python 去执行，再把结果交还给它。这里没有交错的推理轨迹，所以这个 Loop 谈不上 ReAct。
 DEFAULT_QUESTION = "帮我算一下 248 乘以 15"
 
 
 # ---- §2 不要让模型控制 eval() ----
-# 模型写的表达式受用户和外部内容左右，eval() 却把它当 Python 代码执行：能读文件、起进程。
-# 所以这里不解析表达式：模型只交来两个整数，运算是写死的。
+# 模型写出的字符串受用户输入和它读到的内容摆布；交给 eval() 就等于让它在你的机器上写程序。
+# 所以工具只收两个整数这样的数据，要做的运算由 Python 写死。
 MAX_ABS_VALUE = 1_000_000
 
 
@@ -48,8 +48,8 @@ def multiply(a: int, b: int) -> int:
 
 
 # ---- §3 Schema 和执行侧要同时校验 ----
-# Schema 只是给模型的填写说明。模型照样可能写出坏 JSON、未知工具、"248" 或多余字段，
-# 兼容端点按 Schema 校验的严格程度也各不相同，所以执行前真正的门是下面的 Router。
+# TOOLS 是写给模型看的参数格式：模型照着写，却不保证写对（坏 JSON、没声明的工具、
+# 字符串 "248"、多出的字段），各家端点按它检查的松紧也不同。所以执行前 Python 自己再查一遍。
 TOOLS = [
     {
         "type": "function",
@@ -66,6 +66,32 @@ TOOLS = [
     }
 ]
 MAX_ARGUMENTS_CHARS = 1_000  # 合法参数不到 40 个字符；上限挡住超长数字与深嵌套
+
+
+def reject_duplicate_keys(pairs: list) -> dict:
+    """json.loads 默认留下最后一个重复键；{"a":1,"a":248} 有歧义，直接拒绝。"""
+    keys = [key for key, _ in pairs]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise ValueError(f"工具参数有重复的键：{clip(repeated, 80)}")
+    return dict(pairs)
+
+
+def parse_arguments(arguments: object) -> dict:
+    """把 arguments 字符串解析成 JSON 对象；不替模型转换类型，也不猜重复键的意思。"""
+    if not isinstance(arguments, str):
+        raise ValueError(f"工具参数必须是 JSON 字符串，收到的是{json_type_name(arguments)}")
+    if not arguments.strip():
+        raise ValueError("工具参数为空，multiply 需要 a 和 b")
+    if len(arguments) > MAX_ARGUMENTS_CHARS:
+        raise ValueError(f"工具参数超过 {MAX_ARGUMENTS_CHARS} 个字符")
+    try:
+        parsed = json.loads(arguments, object_pairs_hook=reject_duplicate_keys)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"工具参数不是合法 JSON：{error.msg}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError("工具参数必须是 JSON 对象")
+    return parsed
 
 
 def execute_tool(tool_call: object) -> str:
@@ -89,35 +115,9 @@ def execute_tool(tool_call: object) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
-def parse_arguments(arguments: object) -> dict:
-    """把 arguments 字符串解析成 JSON 对象；不替模型转换类型，也不猜重复键的意思。"""
-    if not isinstance(arguments, str):
-        raise ValueError(f"工具参数必须是 JSON 字符串，收到的是{json_type_name(arguments)}")
-    if not arguments.strip():
-        raise ValueError("工具参数为空，multiply 需要 a 和 b")
-    if len(arguments) > MAX_ARGUMENTS_CHARS:
-        raise ValueError(f"工具参数超过 {MAX_ARGUMENTS_CHARS} 个字符")
-    try:
-        parsed = json.loads(arguments, object_pairs_hook=reject_duplicate_keys)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"工具参数不是合法 JSON：{error.msg}") from None
-    if not isinstance(parsed, dict):
-        raise ValueError("工具参数必须是 JSON 对象")
-    return parsed
-
-
-def reject_duplicate_keys(pairs: list) -> dict:
-    """json.loads 默认留下最后一个重复键；{"a":1,"a":248} 有歧义，直接拒绝。"""
-    keys = [key for key, _ in pairs]
-    repeated = sorted({key for key in keys if keys.count(key) > 1})
-    if repeated:
-        raise ValueError(f"工具参数有重复的键：{clip(repeated, 80)}")
-    return dict(pairs)
-
-
 # ---- §4 有限步 Agent Loop ----
-# MAX_STEPS 数的是模型请求，不是消息。它限住时间和费用，是最后的止损线；
-# 模型反复调用、工具反复报错、提示词缺少停止条件，这些根因它一个也修不了。
+# MAX_STEPS 限的是发给模型的请求次数（不是消息条数），保证花费和时间有个尽头；
+# 至于模型为什么停不下来（反复调用、工具总报错、提示里没写何时收手），它不管，要另外查。
 MAX_STEPS = 8
 MAX_TOOL_CALLS = 32  # 一次响应最多执行几个调用；真实 Provider 的并行调用远少于此
 HARNESS, SDK_NETWORK, PROVIDER, MODEL = "Harness", "SDK/网络", "Provider", "Model"
@@ -203,7 +203,7 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
                 name, call_id = clip(call.function.name, 60), clip(call.id, 80)
                 print(f"step {step}: {name} call_id={call_id} result={result}")
                 last_ok = f"step {step}: {call_id} 的 Tool Result 已写入历史"
-        # 第 MAX_STEPS 次请求的结果只留在本地，模型看不到：上限负责停车，不负责收尾
+        # 最后一轮的工具结果进了本地历史，但不会再有请求把它带给模型
         raise AgentStop(HARNESS, f"超过最大步骤数：{MAX_STEPS}", HINT_MAX_STEPS)
     except AgentStop as stop:
         stop.step, stop.last_ok = step, last_ok
@@ -211,9 +211,9 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
 
 
 # ---- §5 tool_call_id 为什么不能丢 ----
-# tool_call_id 是订单号：一次可能并行几个调用，模型靠它知道哪份结果回答哪次调用。
-# 本课只用三种 role：user（需求）、assistant（文字或 tool_calls）、tool（带 id 的结果）；
-# 不要把 Anthropic 的 tool_use/tool_result Content Block 和它混成一套协议。
+# 一次回复可以同时要好几个调用；结果交回去时，靠 tool_call_id 对上是哪一个。历史里因此
+# 只有三种角色：user 提问，assistant 说话或下单，tool 带着 id 交回结果。Anthropic 的
+# Messages API 用 tool_use/tool_result 内容块表达同一件事，两边的字段不能混用。
 
 
 def pairing_problems(messages: list) -> list:
@@ -255,9 +255,9 @@ def make_client(config: dict) -> object:
 
 
 # ---- §7 下一课从哪里接上 ----
-# messages 现在是一个完整的 Turn，但只活在进程内存里。崩溃后要接着来：Session 存消息，
-# Checkpoint 存跑到了哪里；工具有外部副作用（邮件、付款）时，还要 Execution Ledger 记下
-# 实际执行过什么，幂等保证重试不重做。纯乘法没有副作用。
+# 到这里 messages 已是完整的一轮，可进程一退出就没了。要能接着跑，先把消息存成 Session，
+# 再用 Checkpoint 记下跑到哪一步；工具若会改动外部世界（发邮件、扣款），还得用 Execution
+# Ledger 记下哪些真的执行过，并让重试保持幂等。乘法算几遍都一样，本课用不上后两样。
 
 
 # ======================== 第二部分：自检 ========================
@@ -455,7 +455,9 @@ SECRETS: list = []  # check_config() 登记 API Key；任何输出都先遮住�
 TERMINAL_UNSAFE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 )
-CALL_TAGS = ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]")
+CALL_TAGS = ("<tool_call>", "<|tool_call|>", "<|python_tag|>", "[tool_calls]", "<function=")
+CALL_END_TAGS = ("</tool_call>", "<|/tool_call|>", "</function>")
+DEFINITION_KEYS = {"description", "properties", "required"}  # 工具定义，不是调用
 
 
 def json_type_name(value: object) -> str:
@@ -490,13 +492,34 @@ def is_text(value: object) -> bool:
 
 
 def looks_like_tool_call_text(text: str) -> bool:
-    """回答本身就是一段没被解析的调用（围栏或裸 JSON、<tool_call> 标签），不只是提到了 JSON。"""
-    head = text[:2000]
-    body = re.sub(r"^\s*```[\w-]*\s*", "", head).lstrip()
-    return any(tag in head for tag in CALL_TAGS) or (
-        body[:1] in ("{", "[")
-        and re.search(r'"name"\s*:', body) is not None
-        and re.search(r'"(arguments|parameters)"\s*:', body) is not None
+    """回答本身是一段没被解析的调用：整段或最后一段是调用（JSON、围栏、标签或 f(a=1) 写法）。
+
+    只看开头和结尾：正文里提到 <tool_call>、列出工具定义、举一个 JSON 例子，都还是回答。
+    """
+    text = text.strip()
+    if text.lower().startswith(CALL_TAGS) or text.lower().endswith(CALL_END_TAGS):
+        return True
+    if re.fullmatch(r"\[?[A-Za-z_]\w*\((\w+\s*=[^()]*)?\)\]?", text):  # [multiply(a=2, b=3)]
+        return True
+    starts = [0, *[m.start() for m in re.finditer(r"(?m)^(?:```|~~~|\{|\[)", text)][-3:]]
+    return any(is_call_object(text[start:]) for start in starts)
+
+
+def is_call_object(block: str) -> bool:
+    """以 { 或 [ 开头（可带围栏）、顶层键有 name 和 arguments/parameters，且不是工具定义。"""
+    block = re.sub(r"^(?:```|~~~)[\w-]*|(?:```|~~~)$", "", block.strip()).strip()
+    try:
+        value = json.loads(block)
+    except (ValueError, RecursionError):  # 写坏的 JSON：只看开头第一个键和前几百个字符
+        head = block[:600]
+        first = re.match(r"""[\[\s]*\{+\s*["']?(name|arguments|parameters)["']?\s*:""", head)
+        keys = set(re.findall(r"""["'](\w+)["']\s*:""", head)) if first else set()
+    else:
+        value = value[0] if isinstance(value, list) and value else value
+        value = value.get("function", value) if isinstance(value, dict) else value
+        keys = set(value) if isinstance(value, dict) else set()
+    return (
+        "name" in keys and bool(keys & {"arguments", "parameters"}) and not keys & DEFINITION_KEYS
     )
 
 
@@ -508,7 +531,8 @@ class SafeOutput:
         self.encoding = getattr(stream, "encoding", None) or "utf-8"
 
     def write(self, text: str) -> int:
-        text = TERMINAL_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", redact(text))
+        text = redact(text).replace("\r\n", "\n")  # Windows 换行照常显示，单独的 \r 才转义
+        text = TERMINAL_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
         self._try("write", text.encode(self.encoding, "backslashreplace").decode(self.encoding))
         return len(text)
 
@@ -529,7 +553,7 @@ HINT_BASE_URL = "检查 OPENAI_BASE_URL 是否指向 API（通常以 /v1 结尾�
 HINT_MAX_STEPS = "模型一直在调用工具；检查问题、模型能力，以及工具错误是否反复出现"
 HINT_TOO_MANY = f"上限是 {MAX_TOOL_CALLS}，一个都没执行；这个端点或模型的输出不正常，换一个再试"
 HINT_URL_FORM = "只写协议、主机、端口和路径，例如 http://127.0.0.1:11434/v1"
-HINT_INSTALL = '先运行：python -m pip install "openai>=1.109.1,<4"'
+HINT_INSTALL = '先运行：python3 -m pip install "openai>=1.109.1,<4"（Windows 上是 py -m pip ...）'
 HINT_REFUSAL = "换一种问法，或查看 Provider 的内容策略"
 HINT_EMPTY_ANSWER = "再问一次；仍为空就换更大的模型，或确认端点支持 Tool Calling"
 HINT_CALL_AS_TEXT = (
@@ -633,7 +657,12 @@ def explain_request_failure(error: Exception) -> AgentStop:
         what = f"服务器回了 HTTP 200，响应体却不是完整的 JSON（{clip(str(error), 80)}）"
         return AgentStop(PROVIDER, what, HINT_BASE_URL, EXIT_REQUEST_FAILED)
     cause = error.__cause__ or error
-    if "Timeout" in kind or isinstance(error, TimeoutError):
+    if isinstance(error, WholeRequestTimeout):  # 也可能是 SDK 正按 429/5xx 的 Retry-After 等待重试
+        what, hint = (
+            "请求超时",
+            "服务器太慢或限流：稍后再试；本地模型较慢时调大 OPENAI_TIMEOUT（秒）",
+        )
+    elif "Timeout" in kind or isinstance(error, TimeoutError):
         what, hint = "请求超时", "检查网络；本地模型较慢时可调大 OPENAI_TIMEOUT（秒）"
     elif type(cause).__name__ in BROKEN_RESPONSE:
         what = "连上了服务器，但响应中途断开或无法解码"
@@ -732,7 +761,7 @@ def check_config(environ: dict) -> dict:
     base_url = given_url or DEFAULT_BASE_URL  # 显式给出：否则 SDK 会读一个 export 了却为空的变量
     problem = base_url_problem(base_url)
     if problem:
-        shown = clip(re.sub(r"//.*@", "//***@", base_url), 120)  # 不回显地址里的密码
+        shown = clip(re.sub(r"//.*@", "//***@", base_url, flags=re.S), 120)  # 不回显地址里的密码
         raise config_error(f"OPENAI_BASE_URL 不可用（{shown}）：{problem}", HINT_URL_FORM)
     raw_timeout = environ.get("OPENAI_TIMEOUT", "").strip()
     try:
@@ -777,8 +806,8 @@ def base_url_problem(url: str) -> str:
 
 # ---- 命令行：解析参数、运行，把 AgentStop 变成两行说明和退出码 ----
 HELP = """\
-用法：python lesson_03_tool_calling_loop.py [--show-messages] [问题……]
-      python lesson_03_tool_calling_loop.py --self-check
+用法：python3 lesson_03_tool_calling_loop.py [--show-messages] [问题……]
+      python3 lesson_03_tool_calling_loop.py --self-check
 
   --self-check     离线自检：只用标准库，不需要 API Key
   --show-messages  结束后（失败时也一样）把消息历史打印成 JSON
@@ -794,9 +823,9 @@ HELP = """\
         4 回答没能写到标准输出；130 按了 Ctrl-C
 
 例子：
-  python lesson_03_tool_calling_loop.py --self-check
+  python3 lesson_03_tool_calling_loop.py --self-check
   OPENAI_API_KEY=local OPENAI_MODEL=qwen2.5:7b OPENAI_BASE_URL=http://127.0.0.1:11434/v1 \\
-      python lesson_03_tool_calling_loop.py 帮我算一下 6 乘以 7"""
+      python3 lesson_03_tool_calling_loop.py 帮我算一下 6 乘以 7"""
 OPTIONS = ("--self-check", "--show-messages", "--help", "-h")
 
 
@@ -854,10 +883,10 @@ def run_command(argv: list, environ: dict) -> int:
 
 
 def report(stop: AgentStop, config: dict) -> None:
-    """两行：哪一环、第几步、原因（请求失败时加上端点和模型）；最后一个成功事件和建议。"""
+    """两行：哪一环、第几步、原因（端点出的问题还写明端点和模型）；最后一个成功事件和建议。"""
     where = f"step {stop.step}: " if stop.step else ""
     endpoint = ""
-    if stop.exit_code == EXIT_REQUEST_FAILED and config:
+    if stop.link in (PROVIDER, SDK_NETWORK) and config:
         default = "" if config["base_url_given"] else "（没设 OPENAI_BASE_URL 时的默认值）"
         endpoint = f"；端点 {config['base_url']}{default}，模型 {clip(config['model'], 80)}"
     last_ok = f"最后一个成功事件：{stop.last_ok}；" if stop.last_ok else ""

@@ -171,6 +171,7 @@ def test_bad_configuration_is_reported_in_two_stderr_lines_only(
         pytest.param("alpha@omega9", id="with-at-sign"),
         pytest.param("alpha:omega9", id="with-colon"),
         pytest.param("alpha/omega9", id="with-slash"),
+        pytest.param("alpha\nomega9", id="with-newline"),
     ],
 )
 def test_a_password_in_the_base_url_is_never_echoed(run, env, server, password):

@@ -76,12 +76,14 @@ def test_any_endpoint_ends_in_a_documented_outcome(question):
         assert err == "" and answer_at is not None
         check_step_lines(lines[:answer_at])
         assert STEP_LINE.fullmatch(lines[answer_at - 1]).group(2) == "stop"
-        assert lines[answer_at][len("Agent> ") :].strip()
+        answer = lines[answer_at][len("Agent> ") :]
+        assert answer.strip() and not lesson.looks_like_tool_call_text(answer)
     else:
         assert answer_at is None
         first, second = err.splitlines()[:2]
         assert FIRST_FAILURE_LINE.match(first) and "建议：" in second
-        check_step_lines(lines[:history_at]) if history_at else None
+        if history_at:
+            check_step_lines(lines[:history_at])
     if history_at < len(lines):
         history = json.loads("\n".join(lines[history_at:]))
         assert history[0] == {"role": "user", "content": question}

@@ -290,7 +290,22 @@ CALLS_WRITTEN_AS_TEXT = {
     "tool_call tags": '<tool_call>\n{"name": "multiply", "arguments": {"a": 2}}\n</tool_call>',
     "unfenced after spaces": '\n   {"name":"multiply","arguments":"{\\"a\\":2}"}',
     "fence without language": '```\n{"name": "multiply", "arguments": {}}\n```',
+    "after a preamble": "要计算 248 乘以 15：\n248 × 15 = 3840。\n"
+    '{"name": "multiply", "arguments": {}}',
+    "fenced after a preamble": '我来调用工具：\n```json\n{\n  "name": "multiply",\n'
+    '  "arguments": {}\n}\n```',
+    "single quotes": "{'name': 'multiply', 'arguments': {'a': 2, 'b': 3}}",
+    "openai shape": '{"type": "function", "function": {"name": "multiply", "arguments": "{}"}}',
+    "tilde fence": '~~~json\n{"name": "multiply", "arguments": {}}\n~~~',
+    "pythonic list": "[multiply(a=248, b=15)]",
+    "call then prose": '{"name": "multiply", "arguments": {"a": 2}}\n\n我会用这个工具来计算。',
 }
+CALL_TAG_TEXTS = [
+    *(f'{tag}{{"name": "multiply", "arguments": {{}}}}' for tag in lesson.CALL_TAGS),
+    *(f'{{"name": "multiply", "arguments": {{}}}}{tag}' for tag in lesson.CALL_END_TAGS),
+    '<TOOL_CALL>{"name": "multiply", "arguments": {}}</TOOL_CALL>',
+]
+CALLS_WRITTEN_AS_TEXT.update({f"tag {n}": text for n, text in enumerate(CALL_TAG_TEXTS)})
 
 
 @pytest.mark.parametrize("text", CALLS_WRITTEN_AS_TEXT.values(), ids=CALLS_WRITTEN_AS_TEXT.keys())
@@ -313,6 +328,13 @@ ORDINARY_ANSWERS = [
     '{"name": "张三", "age": 30}',
     '示例调用：{"name": "multiply", "arguments": {"a": 1, "b": 2}}，结果是 2。',
     "```python\nprint(248 * 15)\n```\n答案是 3720。",
+    "Qwen 的模板会把调用包在 <tool_call> 标签里；Mistral 用 [TOOL_CALLS]。248 乘以 15 等于 3720。",
+    '[{"type": "function", "function": {"name": "add", "description": "Add",'
+    ' "parameters": {"type": "object", "properties": {}}}}]',
+    '我的工具：\n{"name": "multiply", "description": "乘法", "parameters": {"type": "object"}}',
+    '答案：\n{"result": 3720}',
+    "f(x) 的值是 3，multiply(2, 3) 是 6。",
+    "[" * 5000,
 ]
 
 
@@ -589,8 +611,8 @@ def test_a_hostile_error_page_is_read_from_a_bounded_prefix():
     hostile = "<title>" * 40_000  # 280 KB, no closing tag: quadratic with a naive regex
     said = lesson.provider_text(hostile)
     assert "空响应体" not in said and "没有可读的文字" in said
-    prefix = "<html><p>" + "bad gateway " * 400
-    assert lesson.provider_text(prefix + "x" * 500_000) == lesson.provider_text(prefix)
+    late_title = "<p>" + "a" * 4000 + "</p><title>Late title</title>"
+    assert lesson.provider_text(late_title).startswith("aaa")  # the title lies past the prefix
     unclosed = "<title>502 Bad Gateway" + " <p>" * 20_000
     assert lesson.provider_text(unclosed).startswith("502 Bad Gateway")
 

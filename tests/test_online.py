@@ -827,6 +827,24 @@ def test_a_real_model_that_writes_its_call_as_text_is_stopped_not_answered(run, 
     assert "Agent>" not in result.out and "call_id=" not in result.out
 
 
+def test_a_recorded_call_after_a_preamble_is_still_stopped(run, provider):
+    _, reply = recording("01-call-written-as-fenced-text")
+    body = json.loads(reply.body)
+    message = body["choices"][0]["message"]
+    message["content"] = "要计算 248 乘以 15：248 × 15 = 3840。\n" + message["content"]
+    provider.script(Reply(body=json.dumps(body).encode(), content_type=reply.content_type))
+    result = run()
+    assert_clean_failure(result, 1, "[Provider] step 1: 模型把调用写成了文字")
+    assert "Agent>" not in result.out and "3840" in result.err.splitlines()[0]
+
+
+def test_a_provider_stop_names_the_endpoint_and_model(run, provider):
+    provider.script(Reply(body=b"<title>Open WebUI</title>", content_type="text/html"))
+    first = run().err.splitlines()[0]
+    assert "Open WebUI" in first
+    assert first.endswith(f"；端点 {provider.base_url}，模型 test-model")
+
+
 def test_a_real_native_tool_call_runs_the_whole_turn(run, provider):
     names = ("03-native-tool-call-1.5b-step1", "04-native-tool-call-1.5b-step2")
     result, requests = replay(run, provider, *names)

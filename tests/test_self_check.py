@@ -21,10 +21,6 @@ def self_check(script=SCRIPT, *flags):
     )
 
 
-def test_there_are_eight_self_checks():
-    assert len(lesson.SELF_CHECKS) == 8
-
-
 @pytest.mark.parametrize("flags", [(), ("-O",), ("-OO",)], ids=["plain", "-O", "-OO"])
 def test_self_check_passes_with_one_ok_line_per_check(flags):
     done = self_check(SCRIPT, *flags)

@@ -1,0 +1,69 @@
+"""The file reads as the lesson: three parts, the article's sections in order, no forward use."""
+
+import ast
+import re
+from pathlib import Path
+
+import lesson_03_tool_calling_loop as lesson
+
+SOURCE = Path(lesson.__file__).read_text(encoding="utf-8")
+LINES = SOURCE.splitlines()
+APPENDIX = next(n for n, line in enumerate(LINES, 1) if "附录" in line)
+TREE = ast.parse(SOURCE)
+
+
+def banners(pattern):
+    return [re.match(pattern, line).group(1) for line in LINES if re.match(pattern, line)]
+
+
+def test_three_parts_in_order_and_the_appendix_banner_is_the_first_mention_of_it():
+    assert banners(r"# =+ (第.部分)") == ["第一部分", "第二部分", "第三部分"]
+    assert LINES[APPENDIX - 1].startswith("# ") and "第三部分" in LINES[APPENDIX - 1]
+
+
+def test_the_lesson_sections_follow_the_articles_numbering_without_gaps():
+    assert banners(r"# -+ §(\d) ") == ["1", "2", "3", "4", "5", "6", "7"]
+    part_two = next(n for n, line in enumerate(LINES, 1) if re.match(r"# =+ 第二部分", line))
+    assert all(n < part_two for n, line in enumerate(LINES, 1) if line.startswith("# ---- §"))
+
+
+def top_level_definitions():
+    for node in TREE.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            yield node.name, node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        yield name.id, node
+
+
+def test_nothing_in_the_lesson_part_is_used_before_it_is_defined():
+    defined_at = {name: node.lineno for name, node in top_level_definitions()}
+    late = []
+    for _, node in top_level_definitions():
+        if node.lineno >= APPENDIX:
+            continue
+        for used in ast.walk(node):
+            if isinstance(used, ast.Name) and isinstance(used.ctx, ast.Load):
+                where = defined_at.get(used.id)
+                if where is not None and node.lineno < where < APPENDIX:
+                    late.append(f"{used.id} (line {where}) used at line {used.lineno}")
+    assert late == []
+
+
+def test_run_agent_fits_on_a_screen_and_shows_the_rules():
+    (node,) = [n for n in TREE.body if isinstance(n, ast.FunctionDef) and n.name == "run_agent"]
+    assert node.end_lineno - node.lineno + 1 <= 45
+    body = "\n".join(LINES[node.lineno - 1 : node.end_lineno])
+    for rule in (
+        "range(1, MAX_STEPS + 1)",
+        'tool_calls and finish_reason != "tool_calls"',
+        'finish_reason != "stop"',
+        "len(set(ids)) < len(ids)",
+        '"tool_call_id": call.id',
+        "messages.append(assistant_message_from_api(message))",
+    ):
+        assert rule in body, rule
+    assert body.index("assistant_message_from_api(message))\n            for call") > 0
