@@ -4,26 +4,15 @@ checks that stop a run with exit 2 before any request is sent."""
 import json
 import re
 import sys
-from dataclasses import dataclass
 
 import pytest
 
 import lesson_03_tool_calling_loop as lesson
 from tests.provider_server import ProviderServer, completion
+from tests.runs import Run
 
 KEY = "sk-cli-secret-0123456789"
 SCRIPT_NAME = "lesson_03_tool_calling_loop.py"
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def err_lines(self):
-        return self.err.splitlines()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import openai  # noqa: F401  (no skip: without the SDK these tests must fail, not vanish)
@@ -29,6 +28,7 @@ from tests.provider_server import (
     recording,
     tool_call,
 )
+from tests.runs import Run
 
 SCRIPT = Path(lesson.__file__).resolve()
 KEY = "sk-online-test-9f8e7d6c5b4a3210"
@@ -40,17 +40,6 @@ ARTICLE_LINES = [
     "step 2: finish_reason=stop",
     "Agent> 248 乘以 15 等于 3720。",
 ]
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def everything(self):
-        return self.out + self.err
 
 
 def environment(provider, **extra):
