@@ -773,10 +773,13 @@ def check_config(environ: dict) -> dict:
             f"OPENAI_TIMEOUT 要大于 0、不超过 {MAX_TIMEOUT_SECONDS:.0f} 秒：{clip(raw_timeout, 40)}"
         )
         raise config_error(what, "例如 export OPENAI_TIMEOUT=60")
-    deadline = timeout * (MAX_RETRIES + 1) + 1  # 每次尝试一个 timeout，再留一秒余量
-    return dict(api_key=api_key, model=model, base_url=base_url, timeout=timeout) | {
+    return {
+        "api_key": api_key,
+        "model": model,
+        "base_url": base_url,
         "base_url_given": bool(given_url),
-        "deadline": deadline,
+        "timeout": timeout,
+        "deadline": timeout * (MAX_RETRIES + 1) + 1,  # 每次尝试一个 timeout，再留一秒余量
     }
 
 
