@@ -4,10 +4,12 @@
 # ///
 """第 3 课：跑通第一个 OpenAI-compatible Tool Calling Agent Loop（课文的可执行版本）。
 
-一次完整的 Turn：user -> assistant(tool_calls) -> tool(tool_call_id, result) -> assistant(final)
+一次完整的 Turn（从用户提问到最终回答的一轮）只有四条消息：
+user -> assistant(tool_calls) -> tool(tool_call_id, result) -> assistant(final)
 
-第一部分是课文（§1–§7，编号与课文相同），第二部分是自检，第三部分收着真实世界需要、
-却不是本课主题的防护。读到第三部分之前，整课就已经读完了。用法见 --help。
+第一部分是课文（§1–§7，编号与课文相同），第二部分是自检和演示，第三部分收着真实世界需要、
+却不是本课主题的防护（翻译失败、检查配置、文字与终端安全）。读到第三部分之前，整课就已读完。
+用法见 --help；没有 API Key 也能用 --demo 看 Loop 真跑一遍。
 """
 
 from __future__ import annotations
@@ -25,14 +27,23 @@ EXIT_OK, EXIT_STOPPED, EXIT_USAGE, EXIT_REQUEST_FAILED, EXIT_OUTPUT_FAILED = 0, 
 # ======================== 第一部分：课文 ========================
 
 # ---- §1 模型只申请调用，Python 才执行工具 ----
-# 模型从不亲手计算：它在回复里写下想调用哪个函数、传什么参数（附一个 id），由下面的
-# Python 去执行，再把结果交还给它。这里没有交错的推理轨迹，所以这个 Loop 谈不上 ReAct。
+# 名词只在这里定义一次。Model：生成文字和调用请求的模型。Provider：把模型放在 HTTP 接口后面的
+# 服务（OpenAI、DeepSeek、本机的 llama-server……）。SDK：替我们发 HTTP 请求的 openai 包。
+# Harness：这个文件，负责发请求、查响应、执行工具、决定何时停。Final：不再调用工具的最终回答。
+#
+# 模型从不亲手计算。它在回复里下一张“工具订单”，例如（arguments 是 JSON 字符串，不是对象）：
+#   {"id": "call_1", "type": "function",
+#    "function": {"name": "multiply", "arguments": "{\"a\":248,\"b\":15}"}}
+# Python 校验后执行 multiply，把结果 3720 交还给模型，模型下一次才写出最终回答。
+# 这是普通的 Tool Calling Loop：“调用工具再接着回答”本身不能证明用了 ReAct（ReAct 论文要求
+# 推理轨迹与动作交错生成，只看 Loop 的形状看不出来）。
 DEFAULT_QUESTION = "帮我算一下 248 乘以 15"
 
 
 # ---- §2 不要让模型控制 eval() ----
-# 模型写出的字符串受用户输入和它读到的内容摆布；交给 eval() 就等于让它在你的机器上写程序。
-# 所以工具只收两个整数这样的数据，要做的运算由 Python 写死。
+# 模型写出的字符串受用户输入和它读到的内容摆布。eval() 执行的是任意 Python 代码：一句
+# __import__("os").system(...) 就能读文件、导入模块、启动进程。所以工具只收两个整数这样的数据，
+# 要做的运算由 Python 写死。
 MAX_ABS_VALUE = 1_000_000
 
 
@@ -97,8 +108,7 @@ def parse_arguments(arguments: object) -> dict:
 def execute_tool(tool_call: object) -> str:
     """Router：校验一个 Tool Call 并执行 multiply，返回紧凑 JSON，从不抛异常。
 
-    参数填错只是这一单错了：{"status":"error"} 交回给模型，让它改正后再来。
-    只有协议状态本身不可信（缺 id、被截断、字段矛盾）时，run_agent 才停下整个 Loop。
+    参数填错只是这一单错了：{"status":"error"} 作为 Tool Result 交回模型，让它改正后再来。
     """
     try:
         function = getattr(tool_call, "function", None)
@@ -118,56 +128,88 @@ def execute_tool(tool_call: object) -> str:
 # ---- §4 有限步 Agent Loop ----
 # MAX_STEPS 限的是发给模型的请求次数（不是消息条数），保证花费和时间有个尽头；
 # 至于模型为什么停不下来（反复调用、工具总报错、提示里没写何时收手），它不管，要另外查。
+# 第 MAX_STEPS 次请求若仍要调用工具：工具照常执行、结果写进本地历史，但不会再有请求把它带给模型。
 MAX_STEPS = 8
 MAX_TOOL_CALLS = 32  # 一次响应最多执行几个调用；真实 Provider 的并行调用远少于此
+# 调用链上的四环（§6 用它们排查）；Tool 这一环的错误不停 Loop，见 execute_tool
 HARNESS, SDK_NETWORK, PROVIDER, MODEL = "Harness", "SDK/网络", "Provider", "Model"
 
 
 class AgentStop(Exception):
-    """让 Loop 停下的唯一异常：哪一环、原因、建议；run_agent 补上第几步和最后一个成功事件。"""
+    """让 Loop 停下的唯一异常。
+
+    失败分两种：工具参数填错是数据，作为 Tool Result 交回模型，Loop 照常继续；协议状态不可信
+    （缺 id、调用被截断、字段互相矛盾）时谁也不能替 Provider 猜，就抛 AgentStop 停下整个 Loop。
+    它带着失败的一环（link）、原因和建议；run_agent 补上第几步、最后一个成功事件，以及被拒收、
+    因而没写进历史的那条回复（refused）。
+    """
 
     def __init__(self, link: str, reason: str, hint: str, exit_code: int = EXIT_STOPPED):
         super().__init__(reason)
         self.link, self.reason, self.hint, self.exit_code = link, reason, hint, exit_code
-        self.step, self.last_ok = None, ""
+        self.step, self.last_ok, self.refused = None, "", None
+
+
+# Provider 自己的不透明字段：它要求原样带回才肯接着这一轮（否则 HTTP 400），所以只在它们来了时、
+# 原样回传这几个；别的私有字段一律不回传（Groq 就拒收回传的 reasoning），也从不打印。
+ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details")  # DeepSeek、Kimi；OpenRouter
+ECHOED_CALL_FIELDS = ("extra_content",)  # Gemini 3：里面的 thought_signature
+
+
+def provider_owned(source: object, names: tuple) -> dict:
+    """source 上真的出现了的那几个字段（空字符串也算出现），值原样不动。"""
+    return {
+        name: getattr(source, name) for name in names if getattr(source, name, None) is not None
+    }
 
 
 def assistant_message_from_api(message: object) -> dict:
-    """只存 role、content、tool_calls（原样），以及 Provider 要求回传的 reasoning_content。"""
+    """要存进历史的 assistant 消息：role、content、原样的 tool_calls，加上 Provider 要的字段。"""
     # null 与 "" 都合乎 OpenAI 协议，但 Ollama、旧版 LM Studio 拒收 null
     saved = {"role": "assistant", "content": message.content or ""}
     if message.tool_calls:
         saved["tool_calls"] = [
             {
-                "id": call.id,
+                "id": getattr(call, "id", None),  # 缺 id 的调用由 run_agent 拦下，这里只照抄
                 "type": call.type,
                 "function": {"name": call.function.name, "arguments": call.function.arguments},
+                **provider_owned(call, ECHOED_CALL_FIELDS),
             }
             for call in message.tool_calls
         ]
-    # DeepSeek、Kimi 的思考模式要求工具回合原样带回它；其他私有字段一律不回传
-    if getattr(message, "reasoning_content", None) is not None:
-        saved["reasoning_content"] = message.reasoning_content
-    return saved
+    return {**saved, **provider_owned(message, ECHOED_MESSAGE_FIELDS)}
 
 
-def reject_non_answer(message: object) -> None:
-    """finish_reason=stop 也可能不是回答：拒答、空回答、把工具调用写成了文字。"""
-    text = message.content or ""
+def final_answer(message: object) -> str:
+    """finish_reason=stop 也可能不是回答：拒答、空回答、把工具调用写成了文字。返回要打印的回答。"""
     if getattr(message, "refusal", None):
         raise AgentStop(MODEL, f"模型拒绝回答：{clip(message.refusal)}", HINT_REFUSAL)
-    if not text.strip():
+    # 开头的 <think>…</think> 是推理（MiniMax 等放进 content）：原样留在历史里，但不打印、不算回答
+    text = re.sub(r"^\s*<think>.*?(</think>\s*|$)", "", message.content or "", count=1, flags=re.S)
+    if not any(char.isprintable() and not char.isspace() for char in text):  # 零宽字符也看不见
         raise AgentStop(MODEL, "模型返回了空回答", HINT_EMPTY_ANSWER)
-    if looks_like_tool_call_text(text):  # 只报告：Harness 从不从文字里解析、执行调用
-        what = f"模型把调用写成了文字，端点没有把它变成 tool_calls：{clip(text, 120)}"
+    # 一段以模板标记（<|…|>、<tool_call>）开头或结尾、或最后一段是写着函数名和参数的 JSON 的“回答”，
+    # 是端点没解析出来的调用。Harness 只报告，从不从文字里解析、执行调用
+    if looks_like_tool_call_text(text):
+        what = f"模型把调用写成了文字（或模板标记），端点没有把它变成 tool_calls：{clip(text, 120)}"
         raise AgentStop(PROVIDER, what, HINT_CALL_AS_TEXT)
+    return text
+
+
+# 同一个 choice 的两个字段必须一致：message.tool_calls 说 Model 要调用什么，finish_reason 说
+# Provider 为什么停止生成：stop 自然结束；tool_calls 停下来等工具结果；length 撞上 Token 上限
+# 被截断；content_filter 被内容过滤。截断或过滤的生成里，调用的 arguments 可能只写了一半，绝不执行。
+# stop 配 Tool Call 却是无害的常见习惯（OpenAI 在 tool_choice 指定函数时就这样回，Gemini、SGLang
+# 也常见）：生成是自然结束的，每个调用照样要过 id、JSON 和 Router 的检查，所以照常执行。
+# 与课文片段不同：回复先过全部检查才写入历史（被拒收的不留下，只挂在 AgentStop.refused 上给人看），
+# 空回答、拒答、写成文字的调用也不算 Final：它们都没有回答用户的问题。
 
 
 def run_agent(client: object, model: str, user_text: str, messages: list | None = None) -> str:
     """最多发 MAX_STEPS 次模型请求，返回最终回答；传入 messages 可在外面看到历史。"""
     messages = [] if messages is None else messages
     messages.append({"role": "user", "content": user_text})
-    step, last_ok = 0, "Harness 已就绪，user 消息已写入历史"
+    step, last_ok, reply = 0, "Harness 已就绪，user 消息已写入历史", None
     try:
         for step in range(1, MAX_STEPS + 1):
             try:
@@ -177,43 +219,44 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
             except Exception as error:  # 连接、超时、HTTP 错误都从 SDK 这里抛出
                 raise explain_request_failure(error) from None
             last_ok = f"step {step}: 收到 HTTP 响应"
-            choice = usable_choice(response)  # 形状：有 choice，字段都是能原样回传的文本
+            check_response_shape(response)  # 形状：有 choices，字段都是能原样回传的文本
+            choice = response.choices[0]
             message, finish_reason = choice.message, getattr(choice, "finish_reason", None)
-            tool_calls = message.tool_calls or []
+            tool_calls, reply = message.tool_calls or [], assistant_message_from_api(message)
             print(f"step {step}: finish_reason={shown_value(finish_reason)}")
-            # 同一个 choice 的两个字段：tool_calls 说模型要什么，finish_reason 说为何停。须一致
-            if tool_calls and finish_reason != "tool_calls":
-                raise explain_finish_reason(finish_reason, with_tool_calls=True)
             if not tool_calls:
                 if finish_reason != "stop":  # length、content_filter、未知值都不是 Final
                     raise explain_finish_reason(finish_reason, with_tool_calls=False)
-                reject_non_answer(message)
-                messages.append(assistant_message_from_api(message))
-                return message.content
+                answer = final_answer(message)
+                messages.append(reply)
+                return answer
+            # 有 Tool Call 时只认两种自然结束；length、content_filter 截下的参数可能只有一半
+            if finish_reason not in ("tool_calls", "stop"):
+                raise explain_finish_reason(finish_reason, with_tool_calls=True)
             ids = [getattr(call, "id", None) for call in tool_calls]
             if not all(ids) or len(set(ids)) < len(ids):  # 缺 id 或重复，结果就无法配对
                 raise AgentStop(PROVIDER, "Tool Call 缺少 id 或 id 重复", HINT_ENDPOINT)
             if len(tool_calls) > MAX_TOOL_CALLS:
                 raise AgentStop(HARNESS, f"一次要执行 {len(tool_calls)} 个调用", HINT_TOO_MANY)
-            # 先存 assistant：每条 Tool Result 都要回答历史里已经存在的那次调用
-            messages.append(assistant_message_from_api(message))
+            messages.append(reply)  # 先存 assistant：每条 Tool Result 都要回答历史里已有的调用
             for call in tool_calls:
                 result = execute_tool(call)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
                 name, call_id = clip(call.function.name, 60), clip(call.id, 80)
                 print(f"step {step}: {name} call_id={call_id} result={result}")
                 last_ok = f"step {step}: {call_id} 的 Tool Result 已写入历史"
-        # 最后一轮的工具结果进了本地历史，但不会再有请求把它带给模型
         raise AgentStop(HARNESS, f"超过最大步骤数：{MAX_STEPS}", HINT_MAX_STEPS)
     except AgentStop as stop:
         stop.step, stop.last_ok = step, last_ok
+        stop.refused = None if any(kept is reply for kept in messages) else reply
         raise
 
 
 # ---- §5 tool_call_id 为什么不能丢 ----
-# 一次回复可以同时要好几个调用；结果交回去时，靠 tool_call_id 对上是哪一个。历史里因此
-# 只有三种角色：user 提问，assistant 说话或下单，tool 带着 id 交回结果。Anthropic 的
-# Messages API 用 tool_use/tool_result 内容块表达同一件事，两边的字段不能混用。
+# 一次回复可以同时要好几个调用；结果交回去时，靠 tool_call_id 对上是哪一个，就像订单号。
+# 本课的历史只有三种角色：user 提问，assistant 说话或下单，tool 带着 id 交回结果。system 与
+# developer 角色放开发者指令，本课用不上；工具定义不进历史，放在请求顶层的 tools 参数里。
+# Anthropic 的 Messages API 用 tool_use/tool_result 内容块表达同一件事，两边的字段不能混用。
 
 
 def pairing_problems(messages: list) -> list:
@@ -231,36 +274,28 @@ def pairing_problems(messages: list) -> list:
     return problems + [f"调用 {call_id!r} 没有结果" for call_id in open_ids]
 
 
-# ---- §6 运行：连上真实端点 ----
-# 在线运行读三个环境变量：OPENAI_API_KEY、OPENAI_MODEL，和第三方端点才需要的
-# OPENAI_BASE_URL。发出请求之前，check_config() 先把它们检查一遍；不读任何本地登录文件。
-
-
-def make_client(config: dict) -> object:
-    """创建 OpenAI SDK 客户端（只有这里导入 openai），给整次请求加上总期限。"""
-    try:
-        from openai import OpenAI
-    except ImportError:
-        raise AgentStop(HARNESS, "没有安装 openai SDK", HINT_INSTALL, EXIT_USAGE) from None
-    try:
-        client = OpenAI(
-            api_key=config["api_key"],
-            base_url=config["base_url"],
-            timeout=config["timeout"],
-            max_retries=MAX_RETRIES,
-        )
-    except Exception as error:  # 例如主机名不是合法的国际化域名：SDK 自己的检查
-        raise config_error(f"无法创建 OpenAI 客户端：{clip(str(error))}", HINT_URL_FORM) from None
-    return DeadlineClient(client, config["deadline"])
+# ---- §6 运行与自检 ----
+# 先跑 --self-check（自检）：它用假的响应只验证本地代码（Router、参数校验、id 配对、控制流），
+# 不碰 SDK、网络、Provider 和真实模型，所以证明不了 key 对、端点对、模型真会调用工具。
+# 在线运行读三个环境变量：OPENAI_API_KEY、OPENAI_MODEL，第三方端点才要的 OPENAI_BASE_URL
+# （不读任何本地登录文件），请求要走过整条调用链：
+#   Harness → SDK/网络 → Provider → Model
+#                                   ↓
+#   Tool  ←  Router  ←  Assistant(tool_calls)
+# 出错时沿链找“最后一个成功事件”和“第一个失败事件”：AgentStop 的 link 是失败的那一环，last_ok
+# 是它之前最后成功的一步。例如第一次请求 Provider 就回“模型不支持 tools”：multiply() 根本还没
+# 运行过，该查模型能力、模型名、端点路径，而不是去改工具。
 
 
 # ---- §7 下一课从哪里接上 ----
-# 到这里 messages 已是完整的一轮，可进程一退出就没了。要能接着跑，先把消息存成 Session，
-# 再用 Checkpoint 记下跑到哪一步；工具若会改动外部世界（发邮件、扣款），还得用 Execution
-# Ledger 记下哪些真的执行过，并让重试保持幂等。乘法算几遍都一样，本课用不上后两样。
+# 到这里 messages 已是完整的一轮，却只活在进程内存里：进程一退出就没了；这个 Loop 也没有输入
+# 预算、摘要或长期记忆。要接着跑，先把消息存成 Session，再用 Checkpoint 记下跑到哪一步。若进程
+# 恰好在 Tool Result 产生后崩溃，结果还没存下，重启后无从知道工具是否已经执行过：对发邮件、扣款
+# 这类有外部副作用的工具，就要用 Execution Ledger 记下实际执行过什么，并让重试保持幂等。
+# 乘法算几遍都一样，本课用不上后两样。
 
 
-# ======================== 第二部分：自检 ========================
+# ======================== 第二部分：自检与演示 ========================
 
 
 class SelfCheckFailed(Exception):
@@ -309,6 +344,9 @@ def run_fake(*responses: object) -> tuple:
     return outcome, client, messages, printed.splitlines()
 
 
+ANSWER, RESULT_3720 = "248 乘以 15 等于 3720。", '{"status":"completed","result":3720}'
+
+
 def check_multiply() -> None:
     expect(multiply(248, 15) == 3720, "multiply(248, 15) 应为 3720")
     for a, b in [(True, 15), (248, False), ("248", 15), (248.0, 15), (None, 15), (10**6 + 1, 2)]:
@@ -329,7 +367,7 @@ def check_schema() -> None:
 
 def check_router() -> None:
     ok = execute_tool(fake_call("call_1"))
-    expect(ok == '{"status":"completed","result":3720}', f"成功结果应是紧凑 JSON，实际 {ok}")
+    expect(ok == RESULT_3720, f"成功结果应是紧凑 JSON，实际 {ok}")
     bad = ['{"a":248,"b":15,"c":1}', '{"a":248}', '{"a":1,"a":248,"b":15}', '{"a":248,', "[1, 2]"]
     bad += ["", '{"a":"248","b":15}', '{"a":true,"b":15}', "[" * 100_000]
     for arguments in bad:
@@ -340,24 +378,24 @@ def check_router() -> None:
 
 
 def check_happy_path() -> None:
-    final, result = "248 乘以 15 等于 3720。", '{"status":"completed","result":3720}'
     article = [
         "step 1: finish_reason=tool_calls",
-        f"step 1: multiply call_id=call_1 result={result}",
+        f"step 1: multiply call_id=call_1 result={RESULT_3720}",
+        "step 2: finish_reason=stop",
     ]
     outcome, client, messages, lines = run_fake(
         fake_response("tool_calls", tool_calls=[fake_call("call_1")]),
-        fake_response("stop", content=final),
+        fake_response("stop", content=ANSWER),
     )
-    expect(outcome == final and len(client.requests) == 2, f"应两次请求后得到回答：{outcome}")
+    expect(outcome == ANSWER and len(client.requests) == 2, f"应两次请求后得到回答：{outcome}")
     expect(set(client.requests[0]) == {"model", "messages", "tools"}, "请求只带三个参数")
     sent = client.requests[1]["messages"][-1]
-    want = {"role": "tool", "tool_call_id": "call_1", "content": result}
+    want = {"role": "tool", "tool_call_id": "call_1", "content": RESULT_3720}
     expect(sent == want, f"第二次请求应带 call_1 的结果 3720，实际 {sent}")
     roles = [m["role"] for m in messages]
     expect(roles == ["user", "assistant", "tool", "assistant"], f"消息序列不对：{roles}")
     expect(messages[1]["content"] == "", "content 为 null 时应存成空字符串")
-    expect(lines == [*article, "step 2: finish_reason=stop"], f"步骤行与课文不同：{lines}")
+    expect(lines == article, f"步骤行与课文不同：{lines}")
 
 
 def check_pairing() -> None:
@@ -372,20 +410,30 @@ def check_pairing() -> None:
     expect(len(pairing_problems(lost)) == 2, "丢了 tool_call_id 的历史应被查出来")
 
 
-def check_refused_responses() -> None:
+def check_finish_reasons() -> None:
     calls = [fake_call("call_1")]
+    outcome, client, _, lines = run_fake(
+        fake_response("stop", tool_calls=calls), fake_response("stop", content=ANSWER)
+    )
+    expect(
+        outcome == ANSWER and len(client.requests) == 2, f"Tool Call + stop 应照常执行：{outcome}"
+    )
+    expect(lines[0] == "step 1: finish_reason=stop", f"步骤行应显示真实的 finish_reason：{lines}")
+    harmony = "<|channel|>commentary to=functions.multiply <|constrain|>json<|message|>{}<|call|>"
     cases = {
         "finish_reason=length": fake_response("length", content="248 乘以 15 等于"),
         "finish_reason=content_filter": fake_response("content_filter", content="..."),
         "未知 finish_reason": fake_response("eos", content="3720"),
         "Tool Call + length": fake_response("length", tool_calls=[fake_call("c", '{"a":2')]),
-        "Tool Call + stop": fake_response("stop", tool_calls=calls),
+        "Tool Call + content_filter": fake_response("content_filter", tool_calls=calls),
         "缺少 id": fake_response("tool_calls", tool_calls=[fake_call(None)]),
         "重复 id": fake_response("tool_calls", tool_calls=calls * 2),
         "tool_calls 为空": fake_response("tool_calls", tool_calls=[]),
         "choices 为空": SimpleNamespace(choices=[]),
-        "空回答": fake_response("stop", content=" "),
+        "空回答": fake_response("stop", content=" \u200b"),
+        "只有 think 块": fake_response("stop", content="<think>3720</think>"),
         "写成文字的调用": fake_response("stop", content='{"name":"multiply","arguments":{}}'),
+        "Harmony 标记写的调用": fake_response("stop", content=harmony),
     }
     for label, response in cases.items():
         outcome, client, messages, _ = run_fake(response)
@@ -405,16 +453,26 @@ def check_max_steps() -> None:
     expect(last not in sent_ids, "最后一次工具结果不应发给模型")
 
 
-def check_reasoning_content() -> None:
-    first = fake_response("tool_calls", tool_calls=[fake_call("functions.multiply:0")])
-    first.choices[0].message.reasoning_content = "先调用乘法工具"
-    first.choices[0].message.reasoning = "私有字段"
-    _, client, _, lines = run_fake(first, fake_response("stop", content="3720"))
+def check_provider_fields() -> None:
+    signature = {"google": {"thought_signature": "c2lnbmF0dXJl"}}
+    call = fake_call("functions.multiply:0")
+    call.extra_content = signature
+    first = fake_response("tool_calls", content="<think>先乘</think>", tool_calls=[call])
+    details = [{"type": "reasoning.encrypted", "data": "b3BhcXVl"}]
+    first.choices[0].message.__dict__.update(
+        reasoning_content="先调用乘法工具", reasoning_details=details, reasoning="私有字段"
+    )
+    final = fake_response("stop", content="<think>写出结果</think>\n\n" + ANSWER)
+    outcome, client, _, lines = run_fake(first, final)
     echoed = client.requests[1]["messages"][1]
     expect(echoed.get("reasoning_content") == "先调用乘法工具", "reasoning_content 应原样回传")
+    expect(echoed.get("reasoning_details") == details, "reasoning_details 应原样回传")
+    expect(echoed["tool_calls"][0].get("extra_content") == signature, "extra_content 应原样回传")
+    expect(echoed["content"] == "<think>先乘</think>", "content 应原样回传，think 块也不动")
     expect("reasoning" not in echoed, "其他私有字段不应回传")
     expect(echoed["tool_calls"][0]["id"] == "functions.multiply:0", "id 应原样回传")
-    expect(not any("先调用" in line for line in lines), "reasoning 不应打印")
+    expect(outcome == ANSWER, f"打印的回答应去掉 think 块：{outcome!r}")
+    expect(not any("先" in line or "b3Bh" in line for line in lines), "推理不应打印")
 
 
 SELF_CHECKS = [
@@ -423,18 +481,17 @@ SELF_CHECKS = [
     ("Router 把坏 JSON、多余/缺少/重复的键、未知工具变成受控错误", check_router),
     ("两次请求跑通，第二次请求带 call_1 与 3720", check_happy_path),
     ("并行的两个 Tool Call 按 tool_call_id 配对", check_pairing),
-    ("length、矛盾、缺 id、空回答、写成文字的调用：不执行、不当成 Final", check_refused_responses),
+    (
+        "Tool Call + stop 照常执行；length、矛盾、缺 id、不是回答的回答：都停下",
+        check_finish_reasons,
+    ),
     ("MAX_STEPS 限制请求次数，最后的结果不发给模型", check_max_steps),
-    ("reasoning_content 原样回传，不打印", check_reasoning_content),
+    ("Provider 要求带回的字段原样回传，推理不打印", check_provider_fields),
 ]
 
 
 def self_check() -> int:
-    """用与 SDK 响应同形的假对象逐项离线检查；失败时指出是哪一项，退出码 1。
-
-    它证明本地的 Router、参数校验、消息组织、id 配对和控制流是对的；它不碰 SDK、网络、
-    Provider 和真实模型，所以证明不了 key 对、端点路径对、所选模型真会调用工具。
-    """
+    """用与 SDK 响应同形的假对象逐项离线检查；失败时指出是哪一项，退出码 1。"""
     for number, (name, check) in enumerate(SELF_CHECKS, start=1):
         try:
             check()
@@ -447,6 +504,36 @@ def self_check() -> int:
     return EXIT_OK
 
 
+def demo() -> int:
+    """没有 API Key 也能看 Loop 真跑：把与 SDK 同形的预设响应喂给真正的 run_agent。"""
+
+    def order(arguments: str, call_id: str = "call_1", finish_reason: str = "tool_calls"):
+        return fake_response(finish_reason, tool_calls=[fake_call(call_id, arguments)])
+
+    answer, good = fake_response("stop", content=ANSWER), '{"a":248,"b":15}'
+    wrong, fixed = order('{"a":"248","b":15}'), order(good, "call_2")
+    cut = order('{"a":248,"b', finish_reason="length")  # 参数只生成了一半
+    scenes = {
+        "§4 课文的一轮：两次请求，中间执行一次工具": [order(good), answer],
+        '§3 参数写错（"248"）：错误作为 Tool Result 交回，模型改正': [wrong, fixed, answer],
+        "§4 Tool Call 被 length 截断：Loop 停下，一个工具都不执行": [cut],
+    }
+    for number, (title, responses) in enumerate(scenes.items(), start=1):
+        print(f"{'' if number == 1 else chr(10)}== 场景 {number}/{len(scenes)}：{title}")
+        messages = []
+        try:
+            print("Agent> " + run_agent(FakeClient(*responses), "demo", DEFAULT_QUESTION, messages))
+        except AgentStop as stop:
+            report(stop, {}, file=sys.stdout)
+        if number == 1:
+            print(json.dumps(messages, ensure_ascii=False, indent=2))
+    return EXIT_OK
+
+
+# 动手改一改：README 的“动手改一改”一节列出几处一行的改动（删掉 bool 检查、放行 length……），
+# 每处都写着自检会用哪一行抓住它。改完跑 --self-check，看是哪一项先失败。
+
+
 # ======================== 第三部分：附录——真实世界的防护 ========================
 
 # ---- 文字与终端：模型和 Provider 送来的字符串，打印或回传之前先过这几道关 ----
@@ -455,8 +542,10 @@ SECRETS: list = []  # check_config() 登记 API Key；任何输出都先遮住�
 TERMINAL_UNSAFE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 )
-CALL_TAGS = ("<tool_call>", "<|tool_call|>", "<|python_tag|>", "[tool_calls]", "<function=")
-CALL_END_TAGS = ("</tool_call>", "<|/tool_call|>", "</function>")
+# 聊天模板的标记：<|channel|>（gpt-oss 的 Harmony）、<｜tool▁calls▁begin｜>（DeepSeek）、<tool_call>
+TEMPLATE_MARKUP = (
+    r"<\|[^<>|]{1,40}\|>|<｜[^<>｜]{1,40}｜>|</?tool_call>|\[/?tool_calls\]|<function=|</function>"
+)
 DEFINITION_KEYS = {"description", "properties", "required"}  # 工具定义，不是调用
 
 
@@ -492,12 +581,15 @@ def is_text(value: object) -> bool:
 
 
 def looks_like_tool_call_text(text: str) -> bool:
-    """回答本身是一段没被解析的调用：整段或最后一段是调用（JSON、围栏、标签或 f(a=1) 写法）。
+    """回答本身是没被解析的调用：以模板标记开头或结尾；有标着 tool/function 的代码块（如 Gemma 的
+    ```tool_code）；整段或最后一段是写着函数名和参数的 JSON，或 f(a=1) 写法。
 
     只看开头和结尾：正文里提到 <tool_call>、列出工具定义、举一个 JSON 例子，都还是回答。
     """
     text = text.strip()
-    if text.lower().startswith(CALL_TAGS) or text.lower().endswith(CALL_END_TAGS):
+    if re.match(TEMPLATE_MARKUP, text, re.I) or re.search(f"(?:{TEMPLATE_MARKUP})$", text, re.I):
+        return True
+    if re.search(r"(?m)^(?:```|~~~)\s*\w*(?:tool|function)\w*\s*$", text, re.I):
         return True
     if re.fullmatch(r"\[?[A-Za-z_]\w*\((\w+\s*=[^()]*)?\)\]?", text):  # [multiply(a=2, b=3)]
         return True
@@ -557,9 +649,9 @@ HINT_INSTALL = '先运行：python3 -m pip install "openai>=1.109.1,<4"（Window
 HINT_REFUSAL = "换一种问法，或查看 Provider 的内容策略"
 HINT_EMPTY_ANSWER = "再问一次；仍为空就换更大的模型，或确认端点支持 Tool Calling"
 HINT_CALL_AS_TEXT = (
-    "Harness 不从文字里解析调用。换支持 tools 的模型，或让服务端解析调用：llama.cpp 加 --jinja "
-    "并用支持 tools 的聊天模板；vLLM 开 --enable-auto-tool-choice 和 --tool-call-parser；"
-    "Ollama 选带 tools 标签的模型"
+    "Harness 不从文字里解析调用，要让服务端把它解析成 tool_calls：vLLM、SGLang 开 tool-call parser"
+    "（gpt-oss 的 Harmony 格式要新版服务端和它的 parser）；llama.cpp 加 --jinja 并用支持 tools 的"
+    "聊天模板（README 里有验证过的本机组合）；Ollama 选带 tools 标签的模型"
 )
 HINT_LENGTH = (
     "输出上限或上下文窗口：调大 max_tokens（llama-server 的 -n/--n-predict，Ollama 的 "
@@ -603,7 +695,7 @@ def explain_finish_reason(finish_reason: object, with_tool_calls: bool) -> Agent
     return AgentStop(link, what, hint)
 
 
-def usable_choice(response: object) -> object:
+def check_response_shape(response: object) -> None:
     """形状检查（不是课文的规则）：有 choices[0]，字段能原样回传，每个调用都是可读的 function。"""
     choices = getattr(response, "choices", None)
     if not isinstance(choices, list) or not choices:
@@ -623,7 +715,6 @@ def usable_choice(response: object) -> object:
         if getattr(call, "type", None) != "function" or not readable:
             what = f"第 {index} 个 Tool Call 不是可读的 function 调用"
             raise AgentStop(PROVIDER, what, HINT_ENDPOINT)
-    return choices[0]
 
 
 def explain_choiceless(response: object) -> AgentStop:
@@ -738,6 +829,24 @@ MAX_TIMEOUT_SECONDS = 3600.0
 MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试也没用
 
 
+def make_client(config: dict) -> object:
+    """创建 OpenAI SDK 客户端（只有这里导入 openai），给整次请求加上总期限。"""
+    try:
+        from openai import OpenAI
+    except ImportError:
+        raise AgentStop(HARNESS, "没有安装 openai SDK", HINT_INSTALL, EXIT_USAGE) from None
+    try:
+        client = OpenAI(
+            api_key=config["api_key"],
+            base_url=config["base_url"],
+            timeout=config["timeout"],
+            max_retries=MAX_RETRIES,
+        )
+    except Exception as error:  # 例如主机名不是合法的国际化域名：SDK 自己的检查
+        raise config_error(f"无法创建 OpenAI 客户端：{clip(str(error))}", HINT_URL_FORM) from None
+    return DeadlineClient(client, config["deadline"])
+
+
 def config_error(what: str, hint: str) -> AgentStop:
     return AgentStop(HARNESS, what, hint, EXIT_USAGE)
 
@@ -810,9 +919,10 @@ def base_url_problem(url: str) -> str:
 # ---- 命令行：解析参数、运行，把 AgentStop 变成两行说明和退出码 ----
 HELP = """\
 用法：python3 lesson_03_tool_calling_loop.py [--show-messages] [问题……]
-      python3 lesson_03_tool_calling_loop.py --self-check
+      python3 lesson_03_tool_calling_loop.py --self-check 或 --demo
 
   --self-check     离线自检：只用标准库，不需要 API Key
+  --demo           离线演示：用预设的响应跑真正的 run_agent，不需要 API Key
   --show-messages  结束后（失败时也一样）把消息历史打印成 JSON
   问题             默认“帮我算一下 248 乘以 15”；几个词会连成一句；-- 之后的都算问题
 
@@ -829,7 +939,7 @@ HELP = """\
   python3 lesson_03_tool_calling_loop.py --self-check
   OPENAI_API_KEY=local OPENAI_MODEL=qwen2.5:7b OPENAI_BASE_URL=http://127.0.0.1:11434/v1 \\
       python3 lesson_03_tool_calling_loop.py 帮我算一下 6 乘以 7"""
-OPTIONS = ("--self-check", "--show-messages", "--help", "-h")
+OPTIONS = ("--self-check", "--demo", "--show-messages", "--help", "-h")
 
 
 def parse_args(argv: list) -> tuple:
@@ -844,8 +954,8 @@ def parse_args(argv: list) -> tuple:
     problem = ""
     if unknown:
         problem = f"不认识的选项：{clip(unknown, 80)}"
-    elif "--self-check" in options and (words or len(set(options)) > 1):
-        problem = "--self-check 只检查本地代码，不带问题或其他选项"
+    elif {"--self-check", "--demo"} & set(options) and (words or len(set(options)) > 1):
+        problem = "--self-check 和 --demo 只跑本地代码，不带问题或其他选项"
     elif words and not question:
         problem = "问题是空的"
     elif not is_text(question):  # 终端编码不对时，argv 里会混进无法按 UTF-8 发送的字符
@@ -861,9 +971,9 @@ def run_command(argv: list, environ: dict) -> int:
     if problem:
         print(f"参数错误：{problem}\n{HELP.splitlines()[0]}（--help 看说明）", file=sys.stderr)
         return EXIT_USAGE
-    if "--self-check" in options:
-        return self_check()
-    messages, config = [], {}
+    if "--self-check" in options or "--demo" in options:
+        return self_check() if "--self-check" in options else demo()
+    messages, config, refused = [], {}, None
     SECRETS.clear()
     try:
         config = check_config(environ)
@@ -874,18 +984,31 @@ def run_command(argv: list, environ: dict) -> int:
         code = EXIT_OK
     except AgentStop as stop:
         report(stop, config)
-        code = stop.exit_code
+        code, refused = stop.exit_code, stop.refused
     except KeyboardInterrupt:
         print("已中断（Ctrl-C）", file=sys.stderr)
         code = 130
     if "--show-messages" in options and messages:
-        hidden = {"reasoning_content": "（已省略）"}  # 要回传给 Provider，但不打印给人看
-        shown = [{**m, **hidden} if "reasoning_content" in m else m for m in messages]
-        print(json.dumps(shown, ensure_ascii=False, indent=2))
+        print(json.dumps(without_provider_fields(messages), ensure_ascii=False, indent=2))
+    if "--show-messages" in options and refused:
+        shown = json.dumps(without_provider_fields(refused), ensure_ascii=False, indent=2)
+        print(f"被拒收、没有写进历史的回复（Harness 停下的原因就在这里）：\n{shown}")
     return code
 
 
-def report(stop: AgentStop, config: dict) -> None:
+def without_provider_fields(value: object) -> object:
+    """要原样回传给 Provider 的字段（推理、签名）不打印给人看，只标出它们在。"""
+    owned = ECHOED_MESSAGE_FIELDS + ECHOED_CALL_FIELDS
+    if isinstance(value, list):
+        return [without_provider_fields(item) for item in value]
+    if isinstance(value, dict):
+        return {
+            k: "（已省略）" if k in owned else without_provider_fields(v) for k, v in value.items()
+        }
+    return value
+
+
+def report(stop: AgentStop, config: dict, file: object = None) -> None:
     """两行：哪一环、第几步、原因（端点出的问题还写明端点和模型）；最后一个成功事件和建议。"""
     where = f"step {stop.step}: " if stop.step else ""
     endpoint = ""
@@ -894,7 +1017,7 @@ def report(stop: AgentStop, config: dict) -> None:
         endpoint = f"；端点 {config['base_url']}{default}，模型 {clip(config['model'], 80)}"
     last_ok = f"最后一个成功事件：{stop.last_ok}；" if stop.last_ok else ""
     first = f"[{stop.link}] {where}{stop.reason}{endpoint}"
-    print(f"{first}\n{last_ok}建议：{stop.hint}", file=sys.stderr)
+    print(f"{first}\n{last_ok}建议：{stop.hint}", file=file or sys.stderr)
 
 
 def main(argv: list, environ: dict) -> int:

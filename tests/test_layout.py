@@ -59,11 +59,14 @@ def test_run_agent_fits_on_a_screen_and_shows_the_rules():
     body = "\n".join(LINES[node.lineno - 1 : node.end_lineno])
     for rule in (
         "range(1, MAX_STEPS + 1)",
-        'tool_calls and finish_reason != "tool_calls"',
-        'finish_reason != "stop"',
+        "choice = response.choices[0]",
+        'if finish_reason not in ("tool_calls", "stop"):',
+        'if finish_reason != "stop":',
         "len(set(ids)) < len(ids)",
         '"tool_call_id": call.id',
-        "messages.append(assistant_message_from_api(message))",
+        "reply = message.tool_calls or [], assistant_message_from_api(message)",
     ):
         assert rule in body, rule
-    assert body.index("assistant_message_from_api(message))\n            for call") > 0
+    # the assistant message is stored before the results that answer it
+    assert "messages.append(reply)  # 先存 assistant" in body
+    assert body.index("messages.append(reply)  # 先存") < body.index("for call in tool_calls:\n")

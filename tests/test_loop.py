@@ -139,7 +139,10 @@ STOP_CASES = {
         fake_response("length", tool_calls=[fake_call("c", '{"a":2')]),
         "Model",
     ),
-    "tool calls with stop": (fake_response("stop", tool_calls=[fake_call("c")]), "Provider"),
+    "tool calls with a null finish_reason": (
+        fake_response(None, tool_calls=[fake_call("c")]),
+        "Provider",
+    ),
     "tool calls with content_filter": (
         fake_response("content_filter", tool_calls=[fake_call("c")]),
         "Provider",
@@ -301,9 +304,27 @@ CALLS_WRITTEN_AS_TEXT = {
     "call then prose": '{"name": "multiply", "arguments": {"a": 2}}\n\n我会用这个工具来计算。',
 }
 CALL_TAG_TEXTS = [
-    *(f'{tag}{{"name": "multiply", "arguments": {{}}}}' for tag in lesson.CALL_TAGS),
-    *(f'{{"name": "multiply", "arguments": {{}}}}{tag}' for tag in lesson.CALL_END_TAGS),
+    '<tool_call>{"name": "multiply", "arguments": {}}',
+    '<|tool_call|>{"name": "multiply", "arguments": {}}',
+    '<|python_tag|>{"name": "multiply", "parameters": {}}',
+    '[TOOL_CALLS][{"name": "multiply", "arguments": {}}]',
+    '<function=multiply>{"a": 2, "b": 3}</function>',
+    '{"name": "multiply", "arguments": {}}</tool_call>',
+    '{"name": "multiply", "arguments": {}}<|/tool_call|>',
     '<TOOL_CALL>{"name": "multiply", "arguments": {}}</TOOL_CALL>',
+    # gpt-oss Harmony markup (NVIDIA/TensorRT-LLM#9256, lablup/mlxcel#654)
+    '<|channel|>commentary to=functions.multiply <|constrain|>json<|message|>{"a":248,"b":15}'
+    "<|call|>",
+    '<|channel|>commentary<|message|>{"a":248,"b":15}<|end|>',
+    # DeepSeek's own special tokens leaking into content
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>multiply\n```json\n"
+    '{"a":248,"b":15}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    '好的，我来调用工具。<｜tool▁calls▁begin｜>multiply{"a":248,"b":15}<｜tool▁calls▁end｜>',
+    # Gemma: a fenced block whose language says it is a call
+    "```tool_code\nprint(multiply(a=248, b=15))\n```",
+    "我来算一下：\n```tool_call\nmultiply(a=248, b=15)\n```",
+    # a call after a think block is still a call
+    '<think>要用乘法工具</think>\n{"name": "multiply", "arguments": {"a": 2, "b": 3}}',
 ]
 CALLS_WRITTEN_AS_TEXT.update({f"tag {n}": text for n, text in enumerate(CALL_TAG_TEXTS)})
 
@@ -313,9 +334,8 @@ def test_a_tool_call_written_as_text_stops_the_loop_and_runs_nothing(text):
     outcome, client, messages, _ = run_fake(final(text), final())
     assert isinstance(outcome, AgentStop)
     assert (outcome.link, outcome.exit_code) == ("Provider", lesson.EXIT_STOPPED)
-    assert outcome.reason.startswith("模型把调用写成了文字，端点没有把它变成 tool_calls：")
-    assert lesson.clip(text, 120) in outcome.reason
-    for server_hint in ("--jinja", "--tool-call-parser", "Ollama", "tools"):
+    assert outcome.reason.startswith("模型把调用写成了文字")
+    for server_hint in ("--jinja", "parser", "Harmony", "Ollama", "tools"):
         assert server_hint in outcome.hint
     assert len(client.requests) == 1 and len(messages) == 1
 

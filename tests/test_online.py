@@ -161,8 +161,11 @@ def test_show_messages_after_a_failure_shows_what_was_kept(run, provider):
     provider.script(tool_turn(CALL_1), completion(content="248 乘以", finish_reason="length"))
     result = run("--show-messages")
     assert result.code == 1
-    history = json.loads(result.out[result.out.index("[") :])
+    history, refused = result.out.split("被拒收、没有写进历史的回复", 1)
+    history = json.loads(history[history.index("[") :])
     assert [m["role"] for m in history] == ["user", "assistant", "tool"]
+    refused = json.loads(refused[refused.index("{") :])
+    assert refused == {"role": "assistant", "content": "248 乘以"}
 
 
 def test_parallel_calls_are_answered_in_order_each_paired(run, provider):
@@ -277,10 +280,10 @@ def test_an_unknown_tool_becomes_a_tool_result(run, provider):
 # --- untrustworthy protocol state: stop the loop, execute nothing ----------------------------
 
 STOPS = {
-    "tool calls with stop": (
-        completion(tool_calls=[CALL_1], finish_reason="stop"),
+    "tool calls with a null finish_reason": (
+        completion(tool_calls=[CALL_1], finish_reason=None),
         "[Provider]",
-        '"stop"',
+        "finish_reason=null",
     ),
     "tool calls with length": (
         completion(

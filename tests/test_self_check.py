@@ -87,9 +87,23 @@ PLANTED_BUGS = {
         'if finish_reason not in ("stop", "length"):',
     ),
     "tool calls run whatever the finish_reason": (
-        'if tool_calls and finish_reason != "tool_calls":',
+        'if finish_reason not in ("tool_calls", "stop"):',
         "if False:",
     ),
+    "tool calls with stop refused": ('not in ("tool_calls", "stop"):', 'not in ("tool_calls",):'),
+    "Gemini's extra_content dropped": (
+        'ECHOED_CALL_FIELDS = ("extra_content",)',
+        "ECHOED_CALL_FIELDS = ()",
+    ),
+    "OpenRouter's reasoning_details dropped": (
+        'ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details")',
+        'ECHOED_MESSAGE_FIELDS = ("reasoning_content",)',
+    ),
+    "every private field echoed": (
+        'ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details")',
+        'ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details", "reasoning")',
+    ),
+    "think block printed as the answer": (r'r"^\s*<think>.*?(</think>\s*|$)"', 'r"(?!)"'),
     "missing ids accepted": ("not all(ids) or ", ""),
     "duplicate ids accepted": (" or len(set(ids)) < len(ids)", ""),
     "tool_call_id dropped": ('"tool_call_id": call.id', '"tool_call_id": ""'),
@@ -98,7 +112,10 @@ PLANTED_BUGS = {
     "Schema loses additionalProperties False": ('"additionalProperties": False,', ""),
     'Schema\'s a becomes "number"': ('"a": {"type": "integer"},', '"a": {"type": "number"},'),
     "Schema requires only a": ('"required": ["a", "b"],', '"required": ["a"],'),
-    "empty answer accepted": ("if not text.strip():", "if False:"),
+    "empty answer accepted": (
+        "if not any(char.isprintable() and not char.isspace()",
+        "if not any(False",
+    ),
     "call written as text accepted": ("if looks_like_tool_call_text(text):", "if False:"),
 }
 
