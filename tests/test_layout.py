@@ -70,3 +70,35 @@ def test_run_agent_fits_on_a_screen_and_shows_the_rules():
     # the assistant message is stored before the results that answer it
     assert "messages.append(reply)  # 先存 assistant" in body
     assert body.index("messages.append(reply)  # 先存") < body.index("for call in tool_calls:\n")
+
+
+# Part 1 may call into the appendix only to format text or to diagnose a failure; what a rule
+# means is written in part 1 itself. Adding a name here is a design decision, not a test fix.
+PART_3_NAMES_PART_1_MAY_USE = {
+    # formatting: bounded, safe text for a person
+    "clip",
+    "shown_value",
+    "json_type_name",
+    # diagnosis: turn a failure into the link, the reason and what to check
+    "explain_request_failure",
+    "explain_finish_reason",
+    "check_response_shape",
+    "looks_like_tool_call_text",
+    "HINT_ENDPOINT",
+    "HINT_TOO_MANY",
+    "HINT_MAX_STEPS",
+    "HINT_REFUSAL",
+    "HINT_EMPTY_ANSWER",
+    "HINT_CALL_AS_TEXT",
+}
+
+
+def test_part_1_uses_only_the_allowed_appendix_names():
+    part_two = next(n for n, line in enumerate(LINES, 1) if re.match(r"# =+ 第二部分", line))
+    appendix_names = {name for name, node in top_level_definitions() if node.lineno >= APPENDIX}
+    used = {
+        node.id
+        for node in ast.walk(TREE)
+        if isinstance(node, ast.Name) and node.lineno < part_two and node.id in appendix_names
+    }
+    assert used <= PART_3_NAMES_PART_1_MAY_USE, sorted(used - PART_3_NAMES_PART_1_MAY_USE)
