@@ -997,15 +997,17 @@ def run_command(argv: list, environ: dict) -> int:
 
 
 def without_provider_fields(value: object) -> object:
-    """要原样回传给 Provider 的字段（推理、签名）不打印给人看，只标出它们在。"""
-    owned = ECHOED_MESSAGE_FIELDS + ECHOED_CALL_FIELDS
+    """要原样回传给 Provider 的推理和签名不打印给人看，只标出它们在。"""
     if isinstance(value, list):
         return [without_provider_fields(item) for item in value]
-    if isinstance(value, dict):
-        return {
-            k: "（已省略）" if k in owned else without_provider_fields(v) for k, v in value.items()
-        }
-    return value
+    if isinstance(value, str):  # content 开头的 <think> 块也是推理
+        return re.sub(
+            r"^(\s*<think>).*?(</think>|$)", r"\1（已省略）\2", value, count=1, flags=re.S
+        )
+    if not isinstance(value, dict):
+        return value
+    owned = ECHOED_MESSAGE_FIELDS + ECHOED_CALL_FIELDS
+    return {k: "（已省略）" if k in owned else without_provider_fields(v) for k, v in value.items()}
 
 
 def report(stop: AgentStop, config: dict, file: object = None) -> None:

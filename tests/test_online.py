@@ -218,6 +218,23 @@ def test_reasoning_content_goes_back_unchanged_and_private_fields_do_not(run, pr
     assert "248×15" not in result.everything and "私有" not in result.everything
 
 
+def test_show_messages_marks_reasoning_and_signatures_without_printing_them(run, provider):
+    call = {**CALL_1, "extra_content": {"google": {"thought_signature": "U0lHTkFUVVJF"}}}
+    details = [{"type": "reasoning.encrypted", "data": "RU5DUllQVEVE"}]
+    first = tool_turn(call, content="<think>先想一想乘法</think>", reasoning_details=details)
+    provider.script(first, completion(content="<think>再核对一遍</think>\n\n3720"))
+    result = run("--show-messages")
+    assert result.code == 0 and "Agent> 3720\n" in result.out
+    for secret in ("U0lHTkFUVVJF", "RU5DUllQVEVE", "先想一想", "再核对"):
+        assert secret not in result.everything
+    history = json.loads(result.out[result.out.index("[") :])
+    assert history[1]["reasoning_details"] == history[1]["tool_calls"][0]["extra_content"]
+    assert history[1]["reasoning_details"] == "（已省略）"
+    assert history[3]["content"] == "<think>（已省略）</think>\n\n3720"
+    echoed = provider.requests[1].body["messages"][1]
+    assert echoed["tool_calls"][0] == call and echoed["reasoning_details"] == details
+
+
 def test_extra_provider_fields_are_tolerated(run, provider):
     reply = tool_turn(CALL_1)
     reply.update(timings={"predicted_ms": 12.5}, system_fingerprint=None)
