@@ -264,7 +264,11 @@ def test_reasoning_content_is_echoed_and_other_private_fields_are_not():
     assert not any("思考" in line or "私有推理" in line for line in lines)
 
 
-@pytest.mark.parametrize("content", [None, "", "  \n\t "])
+INVISIBLE_ONLY = ["\u200b", "\ufeff\u200b\u2060", " \u200c\u200d\n", "\u00a0\u3000"]
+THINK_ONLY = ["<think>3720</think>", "\n<think>答案是 3720</think>\n\n", "<think>没写完的推理"]
+
+
+@pytest.mark.parametrize("content", [None, "", "  \n\t ", *INVISIBLE_ONLY, *THINK_ONLY])
 def test_an_empty_final_answer_stops_the_loop_naming_the_model(content):
     outcome, _, messages, lines = run_fake(final(content))
     assert isinstance(outcome, AgentStop)
