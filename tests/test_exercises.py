@@ -1,0 +1,90 @@
+"""README's "动手改一改": each one-line edit, made to a copy, is caught by the line shown."""
+
+import contextlib
+import importlib.util
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+import lesson_03_tool_calling_loop as lesson
+
+SCRIPT = Path(lesson.__file__).resolve()
+SOURCE = SCRIPT.read_text(encoding="utf-8")
+README = (SCRIPT.parent / "README.md").read_text(encoding="utf-8")
+SECTION = README.split("\n## 动手改一改\n", 1)[-1].split("\n## ", 1)[0]
+ITEM = re.compile(
+    r"^(?P<number>\d+)\. \*\*(?P<title>.+?)\*\*（第 (?P<line>\d+) 行[^）]*）：.*\n"
+    r"   - 原文：`(?P<original>[^`]+)`\n"
+    r"   - 改成：`(?P<edited>[^`]+)`\n"
+    r"   - 自检：`(?P<caught>[^`]+)`$",
+    flags=re.MULTILINE,
+)
+EXERCISES = [match.groupdict() for match in ITEM.finditer(SECTION)]
+IDS = [f"edit{exercise['number']}" for exercise in EXERCISES]
+
+
+def run_copy(tmp_path: Path, source: str, argv: list) -> tuple:
+    """Load an edited copy of the script as its own module and run its main() in this process."""
+    path = tmp_path / "try.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(f"try_{tmp_path.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = module.main(argv, {})
+    return code, out.getvalue(), err.getvalue()
+
+
+def edited(exercise: dict) -> str:
+    original = exercise["original"]
+    assert SOURCE.count(original) == 1, f"原文 not found exactly once: {original}"
+    return SOURCE.replace(original, exercise["edited"])
+
+
+def test_the_section_lists_at_least_six_edits_and_every_item_parses():
+    # An item that does not match the format would otherwise drop out of the tests silently.
+    numbered = re.findall(r"^\d+\. ", SECTION, flags=re.MULTILINE)
+    assert len(EXERCISES) == len(numbered) >= 6
+    assert [int(e["number"]) for e in EXERCISES] == list(range(1, len(EXERCISES) + 1))
+
+
+def test_part_two_ends_by_pointing_at_the_section():
+    part_two = SOURCE.split("# ======================== 第三部分", 1)[0].rstrip().splitlines()
+    assert "“动手改一改”" in part_two[-2] + part_two[-1]
+    assert part_two[-2].startswith("# ") and part_two[-1].startswith("# ")
+    assert "\n## 动手改一改\n" in README
+
+
+def test_an_unedited_copy_passes(tmp_path):
+    # The control: loading a copy as a module does not by itself make the self-check fail.
+    code, out, err = run_copy(tmp_path, SOURCE, ["--self-check"])
+    assert (code, out.splitlines()[-1], err) == (0, "self-check passed", "")
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=IDS)
+def test_the_edit_is_on_the_line_the_readme_names(exercise):
+    edited(exercise)
+    lines = SOURCE.splitlines()
+    found = next(n for n, text in enumerate(lines, 1) if exercise["original"] in text)
+    assert int(exercise["line"]) == found, f"README says line {exercise['line']}, it is {found}"
+    assert exercise["edited"] != exercise["original"]
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=IDS)
+def test_the_self_check_of_the_edited_copy_prints_exactly_the_readme_line(tmp_path, exercise):
+    code, _, err = run_copy(tmp_path, edited(exercise), ["--self-check"])
+    assert (code, err.splitlines()) == (1, [exercise["caught"], "self-check failed"])
+
+
+def test_the_demo_claim_holds_half_generated_arguments_reach_the_router(tmp_path):
+    number = re.search(r"第 (\d+) 处改完，第三个场景里只生成了一半的参数", SECTION).group(1)
+    exercise = EXERCISES[int(number) - 1]
+    _, original_demo, _ = run_copy(tmp_path, SOURCE, ["--demo"])
+    code, out, _ = run_copy(tmp_path, edited(exercise), ["--demo"])
+    third = out.split("== 场景 3/3", 1)[1].splitlines()
+    assert code == 0
+    assert third[2].startswith("step 1: multiply call_id=call_1 result=")
+    assert "step 1: multiply" not in original_demo.split("== 场景 3/3", 1)[1]
