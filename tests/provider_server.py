@@ -152,6 +152,32 @@ def recording(name: str) -> tuple[dict, Reply]:
     return recorded["request"]["body"], reply
 
 
+def gemini_error(message: str, status: int = 400) -> Reply:
+    """An error as Gemini's OpenAI-compatible endpoint sends it: a JSON list of one error."""
+    error = {"code": status, "message": message, "status": "INVALID_ARGUMENT"}
+    return Reply(status=status, json=[{"error": error}])
+
+
+def openrouter_error(raw: str, status: int = 400, provider_name: str = "Google AI Studio") -> Reply:
+    """An OpenRouter 4xx: error.message says only "Provider returned error"; the upstream
+    provider's own words are in error.metadata.raw."""
+    metadata = {"raw": raw, "provider_name": provider_name}
+    error = {"message": "Provider returned error", "code": status, "metadata": metadata}
+    return Reply(status=status, json={"error": error})
+
+
+def refuse_unless(problem_of, then: Any):
+    """A scripted reply that behaves like a provider validating the request it receives:
+    problem_of(request body) returns a Reply (the provider's refusal) or None; None sends
+    `then` (a Reply or a JSON body)."""
+
+    def reply(body: Any) -> Any:
+        refusal = problem_of(body)
+        return then if refusal is None else refusal
+
+    return reply
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
@@ -320,6 +346,9 @@ __all__ = [
     "bad_gzip",
     "broken_off",
     "completion",
+    "gemini_error",
+    "openrouter_error",
     "recording",
+    "refuse_unless",
     "tool_call",
 ]
