@@ -689,7 +689,7 @@ def explain_finish_reason(finish_reason: object, with_tool_calls: bool) -> Agent
     link, meaning, hint = FINISH_REASONS[finish_reason] if known else unknown
     shown = clip(json.dumps(finish_reason, ensure_ascii=False, default=repr), 40)
     if with_tool_calls:
-        what = f"有 Tool Call，finish_reason 却是 {shown}（{meaning}）：不可信，一个工具都没执行"
+        what = f"有 Tool Call，但 finish_reason={shown}（{meaning}）：不可信，一个工具都没执行"
     else:
         what = f"模型没有正常结束：finish_reason={shown}（{meaning}），不能当成最终回答"
     return AgentStop(link, what, hint)

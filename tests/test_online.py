@@ -300,7 +300,7 @@ STOPS = {
     "tool calls with a null finish_reason": (
         completion(tool_calls=[CALL_1], finish_reason=None),
         "[Provider]",
-        "finish_reason 却是 null",
+        "finish_reason=null",
     ),
     "tool calls with length": (
         completion(
