@@ -662,7 +662,6 @@ FINISH_REASONS = {
     "length": (MODEL, "输出达到 Token 上限被截断", HINT_LENGTH),
     "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_REFUSAL),
     "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
-    "stop": (PROVIDER, "部分兼容端点的已知偏差", HINT_ENDPOINT),
     "function_call": (PROVIDER, "OpenAI 已弃用的旧 functions 协议", HINT_ENDPOINT),
 }
 HTTP_HINTS = {
