@@ -4,7 +4,7 @@
 # ///
 """第 3 课：跑通第一个 OpenAI-compatible Tool Calling Agent Loop（课文的可执行版本）。
 
-一次完整的 Turn（从用户提问到最终回答的一轮）只有四条消息：
+一次 Turn 是从用户提问到最终回答的一轮；课文的例子里它有四条消息（多几次调用就多几条）：
 user -> assistant(tool_calls) -> tool(tool_call_id, result) -> assistant(final)
 
 第一部分是课文（§1–§7，编号与课文相同），第二部分是自检和演示，第三部分收着真实世界需要、
@@ -130,7 +130,7 @@ def execute_tool(tool_call: object) -> str:
 # 至于模型为什么停不下来（反复调用、工具总报错、提示里没写何时收手），它不管，要另外查。
 # 第 MAX_STEPS 次请求若仍要调用工具：工具照常执行、结果写进本地历史，但不会再有请求把它带给模型。
 MAX_STEPS = 8
-MAX_TOOL_CALLS = 32  # 一次响应最多执行几个调用；真实 Provider 的并行调用远少于此
+MAX_TOOL_CALLS = 32  # 失常的响应不该触发无界的工作；真实 Provider 的并行调用远少于此
 # 调用链上的四环（§6 用它们排查）；Tool 这一环的错误不停 Loop，见 execute_tool
 HARNESS, SDK_NETWORK, PROVIDER, MODEL = "Harness", "SDK/网络", "Provider", "Model"
 
@@ -152,15 +152,14 @@ class AgentStop(Exception):
 
 # Provider 自己的不透明字段：它要求原样带回才肯接着这一轮（否则 HTTP 400），所以只在它们来了时、
 # 原样回传这几个；别的私有字段一律不回传（Groq 就拒收回传的 reasoning），也从不打印。
-ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details")  # DeepSeek、Kimi；OpenRouter
-ECHOED_CALL_FIELDS = ("extra_content",)  # Gemini 3：里面的 thought_signature
+# reasoning_content：DeepSeek、Kimi；reasoning_details：OpenRouter；extra_content：Gemini 3 的签名
+ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details")
+ECHOED_CALL_FIELDS = ("extra_content",)
 
 
 def provider_owned(source: object, names: tuple) -> dict:
     """source 上真的出现了的那几个字段（空字符串也算出现），值原样不动。"""
-    return {
-        name: getattr(source, name) for name in names if getattr(source, name, None) is not None
-    }
+    return {n: getattr(source, n) for n in names if getattr(source, n, None) is not None}
 
 
 def assistant_message_from_api(message: object) -> dict:
@@ -180,16 +179,20 @@ def assistant_message_from_api(message: object) -> dict:
     return {**saved, **provider_owned(message, ECHOED_MESSAGE_FIELDS)}
 
 
+# 推理块：开头的 <think>…</think>（模板把 <think> 写进提示时只剩 …</think>；没写完也算）
+THINK_BLOCKS = re.compile(r"^(?:\s*(?:<think>)?(?:(?!<think>).)*?</think>)+|^\s*<think>.*", re.S)
+
+
 def final_answer(message: object) -> str:
     """finish_reason=stop 也可能不是回答：拒答、空回答、把工具调用写成了文字。返回要打印的回答。"""
     if getattr(message, "refusal", None):
         raise AgentStop(MODEL, f"模型拒绝回答：{clip(message.refusal)}", HINT_REFUSAL)
-    # 开头的 <think>…</think> 是推理（MiniMax 等放进 content）：原样留在历史里，但不打印、不算回答
-    text = re.sub(r"^\s*<think>.*?(</think>\s*|$)", "", message.content or "", count=1, flags=re.S)
+    # 开头的推理块是推理，不是回答：原样留在历史里，但不打印
+    text = THINK_BLOCKS.sub("", message.content or "", count=1).lstrip()
     if not any(char.isprintable() and not char.isspace() for char in text):  # 零宽字符也看不见
         raise AgentStop(MODEL, "模型返回了空回答", HINT_EMPTY_ANSWER)
-    # 一段以模板标记（<|…|>、<tool_call>）开头或结尾、或最后一段是写着函数名和参数的 JSON 的“回答”，
-    # 是端点没解析出来的调用。Harness 只报告，从不从文字里解析、执行调用
+    # 回答的开头或结尾就是一个调用（模板标记、写着函数名和参数的 JSON 或代码块），说明端点没把它
+    # 解析成 tool_calls。Harness 只报告，从不从文字里解析、执行调用：那等于替 Provider 猜
     if looks_like_tool_call_text(text):
         what = f"模型把调用写成了文字（或模板标记），端点没有把它变成 tool_calls：{clip(text, 120)}"
         raise AgentStop(PROVIDER, what, HINT_CALL_AS_TEXT)
@@ -199,10 +202,11 @@ def final_answer(message: object) -> str:
 # 同一个 choice 的两个字段必须一致：message.tool_calls 说 Model 要调用什么，finish_reason 说
 # Provider 为什么停止生成：stop 自然结束；tool_calls 停下来等工具结果；length 撞上 Token 上限
 # 被截断；content_filter 被内容过滤。截断或过滤的生成里，调用的 arguments 可能只写了一半，绝不执行。
-# stop 配 Tool Call 却是无害的常见习惯（OpenAI 在 tool_choice 指定函数时就这样回，Gemini、SGLang
-# 也常见）：生成是自然结束的，每个调用照样要过 id、JSON 和 Router 的检查，所以照常执行。
-# 与课文片段不同：回复先过全部检查才写入历史（被拒收的不留下，只挂在 AgentStop.refused 上给人看），
-# 空回答、拒答、写成文字的调用也不算 Final：它们都没有回答用户的问题。
+# stop 配 Tool Call 却是无害的常见行为（OpenAI 在 tool_choice 指定函数时就这样回，Gemini、SGLang
+# 也常见）：生成是自然结束的，每个调用照样要过 id、type、JSON 和 Router 的检查，所以照常执行。
+# 与课文片段不同：stop 配 Tool Call 照常执行（课文的片段会停下）；回复先过全部检查才写入
+# 历史（被拒收的不留下，只挂在 AgentStop.refused 上给人看）；空回答、拒答、写成文字的调用
+# 不算 Final：它们没有回答问题。
 
 
 def run_agent(client: object, model: str, user_text: str, messages: list | None = None) -> str:
@@ -219,13 +223,13 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
             except Exception as error:  # 连接、超时、HTTP 错误都从 SDK 这里抛出
                 raise explain_request_failure(error) from None
             last_ok = f"step {step}: 收到 HTTP 响应"
-            check_response_shape(response)  # 形状：有 choices，字段都是能原样回传的文本
+            check_response_shape(response)  # 缺字段、不是文本的响应没法原样回传，也没法交给 Router
             choice = response.choices[0]
             message, finish_reason = choice.message, getattr(choice, "finish_reason", None)
             tool_calls, reply = message.tool_calls or [], assistant_message_from_api(message)
             print(f"step {step}: finish_reason={shown_value(finish_reason)}")
             if not tool_calls:
-                if finish_reason != "stop":  # length、content_filter、未知值都不是 Final
+                if finish_reason != "stop":  # length、content_filter、空的 tool_calls 都不是 Final
                     raise explain_finish_reason(finish_reason, with_tool_calls=False)
                 answer = final_answer(message)
                 messages.append(reply)
@@ -291,21 +295,18 @@ def pairing_problems(messages: list) -> list:
 # 到这里 messages 已是完整的一轮，却只活在进程内存里：进程一退出就没了；这个 Loop 也没有输入
 # 预算、摘要或长期记忆。要接着跑，先把消息存成 Session，再用 Checkpoint 记下跑到哪一步。若进程
 # 恰好在 Tool Result 产生后崩溃，结果还没存下，重启后无从知道工具是否已经执行过：对发邮件、扣款
-# 这类有外部副作用的工具，就要用 Execution Ledger 记下实际执行过什么，并让重试保持幂等。
+# 这类有外部副作用的工具，就要用 Execution Ledger 记下实际执行过什么，并让重试保持幂等（同一个
+# 业务请求重试多少次，副作用都只发生一次）。
 # 乘法算几遍都一样，本课用不上后两样。
 
 
 # ======================== 第二部分：自检与演示 ========================
 
 
-class SelfCheckFailed(Exception):
-    """某项自检没有通过。"""
-
-
 def expect(condition: bool, what: str) -> None:
-    """代替 assert：python -O 会删掉 assert，这个函数不会。"""
+    """代替 assert 语句：python -O 会删掉 assert 语句，这个函数不会。"""
     if not condition:
-        raise SelfCheckFailed(what)
+        raise AssertionError(what)
 
 
 def fake_call(call_id: object, arguments: str = '{"a":248,"b":15}', name: str = "multiply"):
@@ -354,7 +355,7 @@ def check_multiply() -> None:
             multiply(a, b)
         except ValueError:
             continue
-        raise SelfCheckFailed(f"multiply({a!r}, {b!r}) 应被拒绝")
+        raise AssertionError(f"multiply({a!r}, {b!r}) 应被拒绝")
 
 
 def check_schema() -> None:
@@ -455,8 +456,7 @@ def check_max_steps() -> None:
 
 def check_provider_fields() -> None:
     signature = {"google": {"thought_signature": "c2lnbmF0dXJl"}}
-    call = fake_call("functions.multiply:0")
-    call.extra_content = signature
+    call = SimpleNamespace(**vars(fake_call("functions.multiply:0")), extra_content=signature)
     first = fake_response("tool_calls", content="<think>先乘</think>", tool_calls=[call])
     details = [{"type": "reasoning.encrypted", "data": "b3BhcXVl"}]
     first.choices[0].message.__dict__.update(
@@ -507,14 +507,13 @@ def self_check() -> int:
 def demo() -> int:
     """没有 API Key 也能看 Loop 真跑：把与 SDK 同形的预设响应喂给真正的 run_agent。"""
 
-    def order(arguments: str, call_id: str = "call_1", finish_reason: str = "tool_calls"):
-        return fake_response(finish_reason, tool_calls=[fake_call(call_id, arguments)])
-
-    answer, good = fake_response("stop", content=ANSWER), '{"a":248,"b":15}'
-    wrong, fixed = order('{"a":"248","b":15}'), order(good, "call_2")
-    cut = order('{"a":248,"b', finish_reason="length")  # 参数只生成了一半
+    answer = fake_response("stop", content=ANSWER)
+    right = fake_response("tool_calls", tool_calls=[fake_call("call_1")])
+    wrong = fake_response("tool_calls", tool_calls=[fake_call("call_1", '{"a":"248","b":15}')])
+    fixed = fake_response("tool_calls", tool_calls=[fake_call("call_2")])
+    cut = fake_response("length", tool_calls=[fake_call("call_1", '{"a":248,"b')])  # 只生成了一半
     scenes = {
-        "§4 课文的一轮：两次请求，中间执行一次工具": [order(good), answer],
+        "§4 课文的一轮：两次请求，中间执行一次工具": [right, answer],
         '§3 参数写错（"248"）：错误作为 Tool Result 交回，模型改正': [wrong, fixed, answer],
         "§4 Tool Call 被 length 截断：Loop 停下，一个工具都不执行": [cut],
     }
@@ -591,28 +590,33 @@ def looks_like_tool_call_text(text: str) -> bool:
         return True
     if re.search(r"(?m)^(?:```|~~~)\s*\w*(?:tool|function)\w*\s*$", text, re.I):
         return True
-    if re.fullmatch(r"\[?[A-Za-z_]\w*\((\w+\s*=[^()]*)?\)\]?", text):  # [multiply(a=2, b=3)]
+    if re.search(r"(?mi)^\s*Action\s*Input\s*:", text):  # ReAct 的文字格式：Action / Action Input
+        return True
+    if re.fullmatch(
+        r"\[?[A-Za-z_]\w*\([^()]*\)\]?", text
+    ):  # multiply(248, 15)、[multiply(a=2, b=3)]
         return True
     starts = [0, *[m.start() for m in re.finditer(r"(?m)^(?:```|~~~|\{|\[)", text)][-3:]]
     return any(is_call_object(text[start:]) for start in starts)
 
 
 def is_call_object(block: str) -> bool:
-    """以 { 或 [ 开头（可带围栏）、顶层键有 name 和 arguments/parameters，且不是工具定义。"""
+    """以 { 或 [ 开头（可带围栏），顶层键里有函数名和参数（name/arguments 等），且不是工具定义。"""
     block = re.sub(r"^(?:```|~~~)[\w-]*|(?:```|~~~)$", "", block.strip()).strip()
     try:
         value = json.loads(block)
     except (ValueError, RecursionError):  # 写坏的 JSON：只看开头第一个键和前几百个字符
         head = block[:600]
-        first = re.match(r"""[\[\s]*\{+\s*["']?(name|arguments|parameters)["']?\s*:""", head)
+        first = re.match(r"""[\[\s]*\{+\s*["']?(\w+)["']?\s*:""", head)
         keys = set(re.findall(r"""["'](\w+)["']\s*:""", head)) if first else set()
     else:
+        value = value.get("tool_calls", value) if isinstance(value, dict) else value
         value = value[0] if isinstance(value, list) and value else value
-        value = value.get("function", value) if isinstance(value, dict) else value
+        inner = value.get("function") if isinstance(value, dict) else None
+        value = inner if isinstance(inner, dict) else value  # {"function": "multiply", ...} 也算
         keys = set(value) if isinstance(value, dict) else set()
-    return (
-        "name" in keys and bool(keys & {"arguments", "parameters"}) and not keys & DEFINITION_KEYS
-    )
+    named = keys & {"name", "tool_name", "function"}
+    return bool(named and keys & {"arguments", "parameters", "args"} and not keys & DEFINITION_KEYS)
 
 
 class SafeOutput:

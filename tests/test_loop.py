@@ -265,7 +265,13 @@ def test_reasoning_content_is_echoed_and_other_private_fields_are_not():
 
 
 INVISIBLE_ONLY = ["\u200b", "\ufeff\u200b\u2060", " \u200c\u200d\n", "\u00a0\u3000"]
-THINK_ONLY = ["<think>3720</think>", "\n<think>答案是 3720</think>\n\n", "<think>没写完的推理"]
+THINK_ONLY = [
+    "<think>3720</think>",
+    "\n<think>答案是 3720</think>\n\n",
+    "<think>没写完的推理",
+    "<think>a</think><think>b</think>",
+    "模板把开头的标签放进了提示，这里只剩推理</think>\n",
+]
 
 
 @pytest.mark.parametrize("content", [None, "", "  \n\t ", *INVISIBLE_ONLY, *THINK_ONLY])
@@ -275,6 +281,20 @@ def test_an_empty_final_answer_stops_the_loop_naming_the_model(content):
     assert (outcome.link, outcome.reason, outcome.step) == ("Model", "模型返回了空回答", 1)
     assert messages == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
     assert lines == ["step 1: finish_reason=stop"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "<think>先算 248×15</think>\n\n248 乘以 15 等于 3720。",
+        "先算 248×15（开头的标签在提示里）</think>\n\n248 乘以 15 等于 3720。",
+        "<think>一</think>\n<think>二</think>\n248 乘以 15 等于 3720。",
+    ],
+)
+def test_the_printed_answer_leaves_the_reasoning_out_and_the_history_keeps_it(content):
+    outcome, _, messages, _ = run_fake(final(content))
+    assert outcome == "248 乘以 15 等于 3720。"
+    assert messages[-1] == {"role": "assistant", "content": content}
 
 
 def test_a_refusal_stops_the_loop_and_shows_the_refusal():
@@ -306,6 +326,11 @@ CALLS_WRITTEN_AS_TEXT = {
     "tilde fence": '~~~json\n{"name": "multiply", "arguments": {}}\n~~~',
     "pythonic list": "[multiply(a=248, b=15)]",
     "call then prose": '{"name": "multiply", "arguments": {"a": 2}}\n\n我会用这个工具来计算。',
+    "react text format": 'Action: multiply\nAction Input: {"a": 248, "b": 15}',
+    "function as a string": '{"function": "multiply", "arguments": {"a": 248, "b": 15}}',
+    "tool_calls wrapper": '{"tool_calls": [{"name": "multiply", "arguments": {"a": 1}}]}',
+    "command-r style": '```json\n[{"tool_name": "multiply", "parameters": {"a": 1}}]\n```',
+    "positional pythonic": "multiply(248, 15)",
 }
 CALL_TAG_TEXTS = [
     '<tool_call>{"name": "multiply", "arguments": {}}',

@@ -103,7 +103,10 @@ PLANTED_BUGS = {
         'ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details")',
         'ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details", "reasoning")',
     ),
-    "think block printed as the answer": (r'r"^\s*<think>.*?(</think>\s*|$)"', 'r"(?!)"'),
+    "think block printed as the answer": (
+        'THINK_BLOCKS.sub("", message.content or "", count=1)',
+        '(message.content or "")',
+    ),
     "missing ids accepted": ("not all(ids) or ", ""),
     "duplicate ids accepted": (" or len(set(ids)) < len(ids)", ""),
     "tool_call_id dropped": ('"tool_call_id": call.id', '"tool_call_id": ""'),
