@@ -1,7 +1,9 @@
 """run_agent() against SDK-shaped fakes: the message sequence and every stop-the-loop rule."""
 
 import json
+import re
 import unicodedata
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -261,6 +263,14 @@ def test_reasoning_content_is_echoed_and_other_private_fields_are_not():
     assert not any("思考" in line or "私有推理" in line for line in lines)
 
 
+def test_an_empty_reasoning_content_still_goes_back():
+    first = calls(fake_call("call_1"))
+    first.choices[0].message.reasoning_content = ""
+    _, client, messages, _ = run_fake(first, final())
+    assert client.requests[1]["messages"][1]["reasoning_content"] == ""
+    assert messages[1]["reasoning_content"] == ""
+
+
 @pytest.mark.parametrize("content", [None, "", "  \n\t "])
 def test_an_empty_final_answer_stops_the_loop_naming_the_model(content):
     outcome, _, messages, lines = run_fake(final(content))
@@ -345,21 +355,30 @@ def test_an_answer_that_merely_mentions_json_or_multiply_is_final(text):
     assert messages[-1] == {"role": "assistant", "content": text}
 
 
-def test_too_many_tool_calls_in_one_response_stop_before_any_runs():
-    many = [fake_call(f"call_{n}") for n in range(lesson.MAX_TOOL_CALLS + 1)]
+def readme_tool_call_cap():
+    """README: "一次响应最多执行 32 个调用". The number comes from there, not from the script."""
+    readme = (Path(lesson.__file__).parent / "README.md").read_text(encoding="utf-8")
+    (cap,) = re.findall(r"一次响应最多执行 (\d+) 个调用", readme)
+    return int(cap)
+
+
+def test_one_call_more_than_readmes_cap_stops_before_any_runs():
+    cap = readme_tool_call_cap()
+    many = [fake_call(f"call_{n}") for n in range(cap + 1)]
     outcome, client, messages, lines = run_fake(calls(*many), final())
     assert isinstance(outcome, AgentStop) and outcome.link == "Harness"
-    assert str(lesson.MAX_TOOL_CALLS + 1) in outcome.reason
-    assert str(lesson.MAX_TOOL_CALLS) in outcome.hint
+    assert f"一次要执行 {cap + 1} 个调用" in outcome.reason
+    assert f"上限是 {cap}" in outcome.hint
     assert len(messages) == 1 and len(client.requests) == 1
     assert lines == ["step 1: finish_reason=tool_calls"]
 
 
-def test_the_tool_call_limit_itself_is_allowed():
-    many = [fake_call(f"call_{n}") for n in range(lesson.MAX_TOOL_CALLS)]
+def test_readmes_cap_itself_is_allowed():
+    cap = readme_tool_call_cap()
+    many = [fake_call(f"call_{n}") for n in range(cap)]
     outcome, _, messages, _ = run_fake(calls(*many), final())
     assert outcome == "248 乘以 15 等于 3720。"
-    assert sum(m["role"] == "tool" for m in messages) == lesson.MAX_TOOL_CALLS
+    assert sum(m["role"] == "tool" for m in messages) == cap
 
 
 def test_length_hint_names_both_the_output_cap_and_the_context_window():

@@ -7,6 +7,7 @@ article's output from a real command line, and that the two ways agree.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -165,6 +166,16 @@ def test_show_messages_after_a_failure_shows_what_was_kept(run, provider):
     assert [m["role"] for m in history] == ["user", "assistant", "tool"]
 
 
+def test_show_messages_after_a_request_failure_shows_what_was_kept(run, provider):
+    provider.script(tool_turn(CALL_1), Reply(status=400, json={"error": {"message": "bad"}}))
+    result = run("--show-messages")
+    assert result.code == 3, result.everything
+    assert result.err.startswith("[Provider] step 2: HTTP 400：bad")
+    history = json.loads(result.out[result.out.index("[") :])
+    assert [m["role"] for m in history] == ["user", "assistant", "tool"]
+    assert history[2] == {"role": "tool", "tool_call_id": "call_1", "content": RESULT_3720}
+
+
 def test_parallel_calls_are_answered_in_order_each_paired(run, provider):
     calls = [CALL_1, tool_call("call_2", "multiply", '{"a":6,"b":7}')]
     provider.script(tool_turn(*calls), completion(content="3720 和 42"))
@@ -213,6 +224,12 @@ def test_reasoning_content_goes_back_unchanged_and_private_fields_do_not(run, pr
         "reasoning_content": thinking,
     }
     assert "248×15" not in result.everything and "私有" not in result.everything
+
+
+def test_an_empty_reasoning_content_goes_back_as_it_came(run, provider):
+    provider.script(tool_turn(CALL_1, reasoning_content=""), FINAL)
+    assert run().code == 0
+    assert provider.requests[1].body["messages"][1]["reasoning_content"] == ""
 
 
 def test_extra_provider_fields_are_tolerated(run, provider):
@@ -530,6 +547,12 @@ FAILURES = {
         "原话",
         1,
     ),
+    "500 plain": (
+        Reply(status=500, json={"error": {"message": "Internal server error", "type": "server"}}),
+        "HTTP 500：Internal server error",
+        "服务端出错",
+        2,
+    ),
     "502 html": (
         Reply(
             status=502,
@@ -585,7 +608,10 @@ def test_a_read_timeout_exits_3_after_one_retry(run, provider):
     provider.script(Reply(delay=30, json=FINAL), Reply(delay=30, json=FINAL))
     result = run(OPENAI_TIMEOUT="0.4")
     assert_clean_failure(result, 3, "[SDK/网络] step 1: 请求超时")
-    assert "OPENAI_TIMEOUT" in result.err
+    first, second = result.err.splitlines()
+    assert "OPENAI_TIMEOUT" in second
+    # a plain read timeout is not the whole-request deadline: no talk of rate limits
+    assert ("整次请求" in first, "限流" in second) == (False, False), result.err
     assert len(provider.requests) == 2
 
 
@@ -701,6 +727,21 @@ def test_a_key_with_a_backslash_is_masked_in_its_json_form_too(run, provider):
     result = run("--show-messages", OPENAI_API_KEY=key)
     assert result.code == 0
     assert "ABCDEFGH" not in result.everything
+
+
+def readme_masking_threshold():
+    """The key length README promises to mask from: "8 个字符以上的 API Key ... 换成 `***`"."""
+    readme = (SCRIPT.parent / "README.md").read_text(encoding="utf-8")
+    (length,) = re.findall(r"(\d+) 个字符以上的 API Key 在任何输出里都会被换成 `\*\*\*`", readme)
+    return int(length)
+
+
+def test_a_key_exactly_as_long_as_readme_promises_is_masked(run, provider):
+    key = "sk-k3y0123456789"[: readme_masking_threshold()]
+    provider.script(completion(content=f"你的 key 是 {key}。"))
+    result = run("--show-messages", OPENAI_API_KEY=key)
+    assert (result.code, key in result.everything) == (0, False), result.everything
+    assert "Agent> 你的 key 是 ***。" in result.out
 
 
 def test_a_short_local_key_is_not_used_to_mask_other_text(run, closed_port_url):
@@ -881,7 +922,8 @@ def test_a_drip_fed_response_ends_at_the_whole_request_deadline(run, provider, d
     result = run(OPENAI_TIMEOUT="0.5")  # each byte arrives well within the read timeout
     elapsed = time.monotonic() - started
     assert_clean_failure(result, 3, "[SDK/网络] step 1: 请求超时（WholeRequestTimeout")
-    assert "整次请求（含重试）超过 2 秒" in result.err
+    first, second = result.err.splitlines()
+    assert "整次请求（含重试）超过 2 秒" in first and "限流" in second, result.err
     assert elapsed < 10, elapsed  # the drip alone would take over 100 s
 
 

@@ -160,8 +160,8 @@ def test_a_report_that_cannot_be_written_keeps_its_exit_code(closed_port_url, fa
 # Written out here rather than taken from the script: C0 controls but \t and \n, DEL, C1,
 # and the bidirectional controls (ALM, LRM, RLM, LRE..RLO, LRI..PDI).
 UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-# CSI as one C1 byte, an OSC title sequence ended by BEL, OSC, ST, RLO and LRI
-HOSTILE = "\x9b31m\x1b]0;x\x07\x9d\x9c\u202e\u2066\u061c\u200e\u200f\rX"
+# CSI as one C1 byte, an OSC title sequence ended by BEL, OSC, ST, RLO and LRI, DEL
+HOSTILE = "\x9b31m\x1b]0;x\x07\x9d\x9c\u202e\u2066\u061c\u200e\u200f\x7f\rX"
 SIX_BY_SEVEN = '{"a":6,"b":7}'
 
 

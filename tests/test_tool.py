@@ -2,6 +2,7 @@
 
 import ast
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -121,10 +122,24 @@ def test_unknown_tool_names_are_refused(name):
     assert "未知工具" in result["message"]
 
 
-def test_deep_nesting_within_the_size_bound_is_still_safe():
-    depth = lesson.MAX_ARGUMENTS_CHARS // 2
-    result = run("[" * depth + "]" * depth)
-    assert result["status"] == "error"
+# 1000 characters, all nesting: as deep as arguments under the length cap can go. CPython up
+# to 3.11 refuses to parse that deep with RecursionError (not a ValueError); 3.12's parser
+# goes deeper. The first test keeps the second honest on the interpreters where it can bite.
+DEEPEST = ["[" * 1000, '{"a":' + "[" * 995, '{"a":' + "[" * 990 + "]" * 5]
+
+
+@pytest.mark.parametrize("arguments", DEEPEST, ids=["array", "in-object", "closed-late"])
+def test_the_deepest_arguments_really_overflow_the_parser_before_3_12(arguments):
+    expected = RecursionError if sys.version_info < (3, 12) else json.JSONDecodeError
+    with pytest.raises(expected):
+        json.loads(arguments)
+
+
+@pytest.mark.parametrize("arguments", DEEPEST, ids=["array", "in-object", "closed-late"])
+def test_nesting_as_deep_as_the_length_cap_allows_is_a_controlled_error(arguments):
+    assert len(arguments) == 1000
+    result = run(arguments)
+    assert (result["status"], set(result)) == ("error", {"status", "message"}), result
 
 
 def test_calls_missing_attributes_do_not_crash_the_router():
