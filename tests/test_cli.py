@@ -139,7 +139,18 @@ def test_bad_configuration_exits_2_naming_the_variable(run, env, server, overrid
     )
 
 
-@pytest.mark.parametrize(("overrides", "variable"), BAD_CONFIGURATION)
+def aims_at_the_server(param):
+    """True when, were the check missing, the SDK would send its request to the test server:
+    only then does "no request reached the server" say anything. A non-ASCII key or a lone
+    surrogate in the model name could not be encoded by the SDK either."""
+    url = param.values[0].get("OPENAI_BASE_URL", "http://127.0.0.1:{port}/v1")
+    aimed = url.startswith(("http://127.0.0.1:{port}/", "http://user:pass@127.0.0.1:{port}/"))
+    return aimed and param.id not in {"non-ascii-key", "model-lone-surrogate"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "variable"), [param for param in BAD_CONFIGURATION if aims_at_the_server(param)]
+)
 def test_bad_configuration_sends_no_request(run, env, server, overrides, variable):
     run([], configured(env, server, overrides))
     assert server.requests == []
@@ -227,7 +238,7 @@ def test_a_usage_error_prints_two_stderr_lines_and_sends_nothing(run, env, serve
 @pytest.mark.parametrize(
     ("args", "question"),
     [
-        pytest.param([], lesson.DEFAULT_QUESTION, id="default"),
+        pytest.param([], "帮我算一下 248 乘以 15", id="default"),
         pytest.param(["帮我算一下", "6", "乘以", "7"], "帮我算一下 6 乘以 7", id="words-joined"),
         pytest.param(["--", "--self-check"], "--self-check", id="after-double-dash"),
         pytest.param(["--show-messages", "--", "-x"], "-x", id="option-then-double-dash"),
@@ -302,11 +313,7 @@ def without_openai(monkeypatch):
 
 def test_without_openai_exits_2_naming_the_sdk(run, env, server, without_openai):
     result = run([], env)
-    assert (result.code, result.err_lines[:1], server.requests) == (
-        2,
-        ["[Harness] 没有安装 openai SDK"],
-        [],
-    )
+    assert (result.code, result.err_lines[:1]) == (2, ["[Harness] 没有安装 openai SDK"])
 
 
 def test_without_openai_the_hint_is_a_pip_command_that_works_from_any_directory(

@@ -203,7 +203,7 @@ STOP_CASES.update(
 def test_untrustworthy_responses_stop_the_loop_before_anything_runs(response, link):
     outcome, client, messages, lines = run_fake(response)
     assert isinstance(outcome, AgentStop)
-    assert (outcome.link, outcome.exit_code, outcome.step) == (link, lesson.EXIT_STOPPED, 1)
+    assert (outcome.link, outcome.exit_code, outcome.step) == (link, 1, 1)
     assert outcome.last_ok == "step 1: 收到 HTTP 响应"
     assert len(client.requests) == 1
     assert messages == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
@@ -236,7 +236,7 @@ def test_max_steps_counts_requests_and_the_last_result_stays_local():
     responses = [calls(fake_call(f"call_{n}")) for n in range(1, MAX_STEPS + 5)]
     outcome, client, messages, lines = run_fake(*responses)
     assert (outcome.link, outcome.reason, outcome.step) == ("Harness", "超过最大步骤数：8", 8)
-    assert outcome.exit_code == lesson.EXIT_STOPPED
+    assert outcome.exit_code == 1
     assert len(client.requests) == MAX_STEPS == 8
     assert len(messages) == 1 + 2 * MAX_STEPS
     assert messages[-1] == {"role": "tool", "tool_call_id": "call_8", "content": RESULT_3720}
@@ -310,9 +310,12 @@ CALLS_WRITTEN_AS_TEXT = {
     "pythonic list": "[multiply(a=248, b=15)]",
     "call then prose": '{"name": "multiply", "arguments": {"a": 2}}\n\n我会用这个工具来计算。',
 }
+# The tags chat templates wrap a call in (Qwen/Hermes, Llama 3, Mistral, Functionary)
+OPENING_TAGS = ["<tool_call>", "<|tool_call|>", "<|python_tag|>", "[tool_calls]", "<function="]
+CLOSING_TAGS = ["</tool_call>", "<|/tool_call|>", "</function>"]
 CALL_TAG_TEXTS = [
-    *(f'{tag}{{"name": "multiply", "arguments": {{}}}}' for tag in lesson.CALL_TAGS),
-    *(f'{{"name": "multiply", "arguments": {{}}}}{tag}' for tag in lesson.CALL_END_TAGS),
+    *(f'{tag}{{"name": "multiply", "arguments": {{}}}}' for tag in OPENING_TAGS),
+    *(f'{{"name": "multiply", "arguments": {{}}}}{tag}' for tag in CLOSING_TAGS),
     '<TOOL_CALL>{"name": "multiply", "arguments": {}}</TOOL_CALL>',
 ]
 CALLS_WRITTEN_AS_TEXT.update({f"tag {n}": text for n, text in enumerate(CALL_TAG_TEXTS)})
@@ -322,9 +325,10 @@ CALLS_WRITTEN_AS_TEXT.update({f"tag {n}": text for n, text in enumerate(CALL_TAG
 def test_a_tool_call_written_as_text_stops_the_loop_and_runs_nothing(text):
     outcome, client, messages, _ = run_fake(final(text), final())
     assert isinstance(outcome, AgentStop)
-    assert (outcome.link, outcome.exit_code) == ("Provider", lesson.EXIT_STOPPED)
+    assert (outcome.link, outcome.exit_code) == ("Provider", 1)
     assert outcome.reason.startswith("模型把调用写成了文字，端点没有把它变成 tool_calls：")
-    assert lesson.clip(text, 120) in outcome.reason
+    # the report quotes what the model wrote (its start, whitespace folded to one line)
+    assert " ".join(text.split())[:40] in " ".join(outcome.reason.split())
     for server_hint in ("--jinja", "--tool-call-parser", "Ollama", "tools"):
         assert server_hint in outcome.hint
     assert len(client.requests) == 1 and len(messages) == 1
@@ -484,7 +488,7 @@ def test_request_failures_name_the_link_and_the_providers_words(
     with pytest.raises(AgentStop) as caught:
         lesson.run_agent(failing_client(error), "m", "q")
     stop = caught.value
-    assert (stop.link, stop.exit_code) == (link, lesson.EXIT_REQUEST_FAILED)
+    assert (stop.link, stop.exit_code) == (link, 3)
     assert reason_part in stop.reason and hint_part in stop.hint
     assert (stop.step, stop.last_ok) == (1, "Harness 已就绪，user 消息已写入历史")
 
@@ -558,6 +562,21 @@ odd_response = st.one_of(
 )
 
 
+def unanswered_or_stray(messages):
+    """Oracle: the tool messages after each assistant answer its calls, each once, in order."""
+    problems, expected = [], []
+    for message in [*messages, {"role": "end"}]:
+        if message["role"] == "tool":
+            if expected and message["tool_call_id"] == expected[0]:
+                expected.pop(0)
+            else:
+                problems.append(("stray result", message["tool_call_id"]))
+            continue
+        problems += [("unanswered call", call_id) for call_id in expected]
+        expected = [call["id"] for call in message.get("tool_calls", [])]
+    return problems
+
+
 def terminal_safe(line):
     """No control characters (C0, DEL, C1) and no lone surrogates."""
     return all(unicodedata.category(char) not in ("Cc", "Cs") for char in line)
@@ -573,6 +592,7 @@ def with_reasoning(reasoning_content):
 @given(responses=st.lists(odd_response, min_size=MAX_STEPS, max_size=MAX_STEPS))
 @example(responses=[with_reasoning("\ud800")] + [final()] * (MAX_STEPS - 1))
 @example(responses=[with_reasoning(["not", "text"])] + [final()] * (MAX_STEPS - 1))
+@example(responses=[calls(fake_call("c1"), fake_call("c2"))] * 2 + [final()] * (MAX_STEPS - 2))
 def test_any_provider_output_ends_in_an_answer_or_an_agent_stop(responses):
     outcome, client, messages, lines = run_fake(*responses)
     assert isinstance(outcome, (str, AgentStop))
@@ -581,8 +601,7 @@ def test_any_provider_output_ends_in_an_answer_or_an_agent_stop(responses):
         assert terminal_safe(line)
     for message in messages:
         json.dumps(message, ensure_ascii=False).encode("utf-8")  # the next request can be sent
-    tool_ids = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
-    assert len(tool_ids) == len(set(tool_ids)) or len(client.requests) > 1
+    assert unanswered_or_stray(messages) == []
     if isinstance(outcome, AgentStop):
         assert outcome.link in {"Harness", "Provider", "Model"} and outcome.last_ok
         assert terminal_safe(outcome.reason)
@@ -616,7 +635,7 @@ def connection_error(cause):
 )
 def test_a_response_that_broke_off_is_not_called_unreachable(cause, reason_part):
     stop = lesson.explain_request_failure(connection_error(cause))
-    assert (stop.link, stop.exit_code) == ("SDK/网络", lesson.EXIT_REQUEST_FAILED)
+    assert (stop.link, stop.exit_code) == ("SDK/网络", 3)
     assert reason_part in stop.reason and str(cause) in stop.reason
     assert ("连不上" in stop.reason) == isinstance(cause, ConnectError)
 

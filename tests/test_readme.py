@@ -42,7 +42,16 @@ def test_the_exit_code_table_matches_the_help_text():
     assert named == {value for name, value in vars(lesson).items() if name.startswith("EXIT_")}
 
 
-def test_the_readme_shows_the_self_checks_real_last_lines():
+def test_the_readme_shows_the_self_checks_real_last_lines(capsys):
     shown = README.split("自检的结尾应是：", 1)[1].split("```", 2)[1].strip().splitlines()
-    last = f"[{len(lesson.SELF_CHECKS)}/{len(lesson.SELF_CHECKS)}] ok  {lesson.SELF_CHECKS[-1][0]}"
-    assert shown == [last, "self-check passed"]
+    code = lesson.self_check()
+    printed = capsys.readouterr().out.splitlines()
+    assert (code, printed[-2:]) == (0, shown)
+
+
+def test_the_self_check_runs_as_many_checks_as_the_readme_says(capsys):
+    (count,) = re.findall(r"运行 (\d+) 组检查", README)
+    lesson.self_check()
+    printed = capsys.readouterr().out.splitlines()
+    numbers = [re.match(r"\[(\d+)/(\d+)\] ok  \S", line).groups() for line in printed[:-1]]
+    assert numbers == [(str(n), count) for n in range(1, int(count) + 1)], printed

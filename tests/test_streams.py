@@ -23,10 +23,10 @@ SCRIPT = Path(lesson.__file__).resolve()
 KEY = "sk-streams-secret-0123456789"
 OUTPUT_FAILED = "[Harness] 输出没能写完"
 PYTHON_NOISE = ("Traceback", "Exception ignored")
-# Closed descriptors come from `sh -c 'exec ... >&-'`, and ENOSPC from /dev/full: Linux only.
-needs_linux_streams = pytest.mark.skipif(
-    not Path("/dev/full").exists(), reason="needs /dev/full and a POSIX shell"
-)
+# Closed descriptors come from `sh -c 'exec ... >&-'` and abandoned pipes from os.pipe():
+# any POSIX system. Only ENOSPC needs /dev/full, which macOS lacks.
+needs_posix = pytest.mark.skipif(os.name != "posix", reason="needs POSIX pipes and sh")
+needs_dev_full = pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 
 
 def environment(**variables):
@@ -89,10 +89,12 @@ def run_script(args, env, *, stdout=subprocess.PIPE, stderr=subprocess.PIPE, clo
 BUFFERING = pytest.mark.parametrize(
     "buffering", [{}, {"PYTHONUNBUFFERED": "1"}], ids=["buffered", "unbuffered"]
 )
-BROKEN_STDOUT = pytest.mark.parametrize("kind", ["reader-left", "full", "closed"])
+BROKEN_STDOUT = pytest.mark.parametrize(
+    "kind", ["reader-left", pytest.param("full", marks=needs_dev_full), "closed"]
+)
 
 
-@needs_linux_streams
+@needs_posix
 @BUFFERING
 @BROKEN_STDOUT
 def test_a_self_check_that_cannot_write_its_result_exits_4(kind, buffering):
@@ -101,7 +103,7 @@ def test_a_self_check_that_cannot_write_its_result_exits_4(kind, buffering):
     assert (done.returncode, OUTPUT_FAILED in done.stderr) == (4, True), done.stderr
 
 
-@needs_linux_streams
+@needs_posix
 @BUFFERING
 @BROKEN_STDOUT
 def test_a_self_check_that_cannot_write_its_result_prints_no_python_noise(kind, buffering):
@@ -110,7 +112,7 @@ def test_a_self_check_that_cannot_write_its_result_prints_no_python_noise(kind, 
     assert done.stderr and noise(done.stderr) == [], done.stderr
 
 
-@needs_linux_streams
+@needs_posix
 def test_a_successful_answer_whose_reader_left_exits_4(provider):
     provider.script(completion(content="42"))
     with broken("stdout", "reader-left") as streams:
@@ -121,7 +123,7 @@ def test_a_successful_answer_whose_reader_left_exits_4(provider):
     assert len(provider.requests) == 1  # the answer really came and was lost on the way out
 
 
-@needs_linux_streams
+@needs_posix
 def test_a_stopped_loop_whose_reader_left_keeps_the_loops_exit_code(provider):
     provider.script(completion(content="248 乘以", finish_reason="length"))
     with broken("stdout", "reader-left") as streams:
@@ -136,7 +138,7 @@ def test_a_stopped_loop_whose_reader_left_keeps_the_loops_exit_code(provider):
 # ---------------------------------------------------------------------------
 
 
-@needs_linux_streams
+@needs_posix
 @pytest.mark.parametrize(
     ("failure", "kind", "code"),
     [

@@ -62,7 +62,6 @@ def test_multiply_rejects_anything_but_in_range_int(bad, position):
 
 
 def test_multiply_rejects_bool_even_though_bool_is_int():
-    assert isinstance(True, int)
     with pytest.raises(ValueError, match="布尔值"):
         multiply(True, 15)
 
@@ -111,7 +110,7 @@ def test_bad_arguments_become_controlled_errors(arguments, message_part):
 )
 def test_arguments_that_are_not_a_string_are_refused(arguments):
     result = run(arguments)
-    assert result == {"status": "error", "message": result["message"]}
+    assert (result["status"], set(result)) == ("error", {"status", "message"})
     assert "JSON 字符串" in result["message"]
 
 
@@ -199,7 +198,7 @@ def strict_object(pairs):
 def test_router_never_raises_and_completes_only_for_two_real_ints(name, arguments):
     result = json.loads(execute_tool(call(arguments, name)))
     parsed = None
-    if isinstance(arguments, str) and len(arguments) <= lesson.MAX_ARGUMENTS_CHARS:
+    if isinstance(arguments, str):  # all short: the length cap is tested on its own above
         try:
             parsed = json.loads(arguments, object_pairs_hook=strict_object)
         except ValueError:
