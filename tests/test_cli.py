@@ -177,8 +177,17 @@ def test_bad_configuration_is_reported_in_two_stderr_lines_only(
         pytest.param("alpha\u3000omega9", id="with-ideographic-space"),
     ],
 )
-def test_a_password_in_the_base_url_is_never_echoed(run, env, server, password):
-    url = f"http://user:{password}@127.0.0.1:{server.port}/v1"
+@pytest.mark.parametrize(
+    "template",
+    [
+        pytest.param("http://user:{password}@127.0.0.1:{port}/v1", id="url"),
+        pytest.param("http:/user:{password}@127.0.0.1:{port}/v1", id="one-slash"),
+        pytest.param("user:{password}@127.0.0.1:{port}/v1", id="no-scheme"),
+        pytest.param("http://user:{password}@127.0.0.1:99999/v1", id="bad-port"),
+    ],
+)
+def test_a_password_in_the_base_url_is_never_echoed(run, env, server, password, template):
+    url = template.format(password=password, port=server.port)
     result = run([], {**env, "OPENAI_BASE_URL": url})
     assert result.code == 2
     # Word by word: a report may turn the whitespace into something else and still leak
