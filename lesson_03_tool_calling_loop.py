@@ -873,7 +873,8 @@ def check_config(environ: dict) -> dict:
     base_url = given_url or DEFAULT_BASE_URL  # 显式给出：否则 SDK 会读一个 export 了却为空的变量
     problem = base_url_problem(base_url)
     if problem:
-        shown = clip(re.sub(r"//.*@", "//***@", base_url, flags=re.S), 120)  # 不回显地址里的密码
+        hidden = re.sub(r"^([A-Za-z][\w+.-]*:/+)?.*@", r"\1***@", base_url, flags=re.S)
+        shown = clip(hidden, 120)  # 不回显地址里的密码：少了 // 或协议也一样
         raise config_error(f"OPENAI_BASE_URL 不可用（{shown}）：{problem}", HINT_URL_FORM)
     raw_timeout = environ.get("OPENAI_TIMEOUT", "").strip()
     try:

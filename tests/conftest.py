@@ -17,15 +17,10 @@ def provider() -> Iterator[ProviderServer]:
         yield server
 
 
-def free_closed_port_url() -> str:
-    """Return an http://127.0.0.1:<port>/v1 URL where nothing listens."""
+@pytest.fixture
+def closed_port_url() -> Iterator[str]:
+    """A base URL that refuses connections. The port stays bound, never listening, until the
+    test ends: no other test (or xdist worker) can start a server on it meanwhile."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
-
-
-@pytest.fixture
-def closed_port_url() -> str:
-    """A base URL that refuses connections."""
-    return free_closed_port_url()
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"

@@ -139,7 +139,18 @@ def test_bad_configuration_exits_2_naming_the_variable(run, env, server, overrid
     )
 
 
-@pytest.mark.parametrize(("overrides", "variable"), BAD_CONFIGURATION)
+def aims_at_the_server(param):
+    """True when, were the check missing, the SDK would send its request to the test server:
+    only then does "no request reached the server" say anything. A non-ASCII key or a lone
+    surrogate in the model name could not be encoded by the SDK either."""
+    url = param.values[0].get("OPENAI_BASE_URL", "http://127.0.0.1:{port}/v1")
+    aimed = url.startswith(("http://127.0.0.1:{port}/", "http://user:pass@127.0.0.1:{port}/"))
+    return aimed and param.id not in {"non-ascii-key", "model-lone-surrogate"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "variable"), [param for param in BAD_CONFIGURATION if aims_at_the_server(param)]
+)
 def test_bad_configuration_sends_no_request(run, env, server, overrides, variable):
     run([], configured(env, server, overrides))
     assert server.requests == []
@@ -161,13 +172,27 @@ def test_bad_configuration_is_reported_in_two_stderr_lines_only(
         pytest.param("alpha:omega9", id="with-colon"),
         pytest.param("alpha/omega9", id="with-slash"),
         pytest.param("alpha\nomega9", id="with-newline"),
+        pytest.param("alpha omega9", id="with-space"),
+        pytest.param("alpha\tomega9", id="with-tab"),
+        pytest.param("alpha\u3000omega9", id="with-ideographic-space"),
     ],
 )
-def test_a_password_in_the_base_url_is_never_echoed(run, env, server, password):
-    url = f"http://user:{password}@127.0.0.1:{server.port}/v1"
+@pytest.mark.parametrize(
+    "template",
+    [
+        pytest.param("http://user:{password}@127.0.0.1:{port}/v1", id="url"),
+        pytest.param("http:/user:{password}@127.0.0.1:{port}/v1", id="one-slash"),
+        pytest.param("user:{password}@127.0.0.1:{port}/v1", id="no-scheme"),
+        pytest.param("http://user:{password}@127.0.0.1:99999/v1", id="bad-port"),
+    ],
+)
+def test_a_password_in_the_base_url_is_never_echoed(run, env, server, password, template):
+    url = template.format(password=password, port=server.port)
     result = run([], {**env, "OPENAI_BASE_URL": url})
     assert result.code == 2
-    leaked = [part for part in re.split("[@:/]", password) if part in result.out + result.err]
+    # Word by word: a report may turn the whitespace into something else and still leak
+    pieces = [part for part in re.split(r"[@:/\s]+", password) if part]
+    leaked = [part for part in pieces if part in result.out + result.err]
     assert leaked == [], result.err
 
 
@@ -222,7 +247,7 @@ def test_a_usage_error_prints_two_stderr_lines_and_sends_nothing(run, env, serve
 @pytest.mark.parametrize(
     ("args", "question"),
     [
-        pytest.param([], lesson.DEFAULT_QUESTION, id="default"),
+        pytest.param([], "帮我算一下 248 乘以 15", id="default"),
         pytest.param(["帮我算一下", "6", "乘以", "7"], "帮我算一下 6 乘以 7", id="words-joined"),
         pytest.param(["--", "--self-check"], "--self-check", id="after-double-dash"),
         pytest.param(["--show-messages", "--", "-x"], "-x", id="option-then-double-dash"),
@@ -297,11 +322,7 @@ def without_openai(monkeypatch):
 
 def test_without_openai_exits_2_naming_the_sdk(run, env, server, without_openai):
     result = run([], env)
-    assert (result.code, result.err_lines[:1], server.requests) == (
-        2,
-        ["[Harness] 没有安装 openai SDK"],
-        [],
-    )
+    assert (result.code, result.err_lines[:1]) == (2, ["[Harness] 没有安装 openai SDK"])
 
 
 def test_without_openai_the_hint_is_a_pip_command_that_works_from_any_directory(

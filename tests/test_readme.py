@@ -30,6 +30,35 @@ def test_the_two_set_up_commands_are_the_ones_ci_runs():
     assert f"\n{commands[1]}\n" in ci
 
 
+def readme_version_table():
+    """README's table: {python: openai pattern pip must pick}, and the extra runs' patterns."""
+    table = README.split("### 支持的 Python 与 openai 版本", 1)[1].split("\n\n", 2)[1]
+    picks, extras = {}, []
+    for row in table.splitlines()[2:]:
+        pythons, picked, tested = (cell.strip() for cell in row.strip("|").split("|"))
+        first, _, last = pythons.partition("–")
+        minors = range(int(first.split(".")[1]), int((last or first).split(".")[1]) + 1)
+        pattern = re.match(r"(\d+\.\d+\.\d+|\d+\.x)", picked).group(1).replace("x", "*")
+        picks.update({f"3.{minor}": pattern for minor in minors})
+        for python, listed in re.findall(r"另在 (3\.\d+) 上测 ([^（]+)", tested):
+            versions = [re.match(r"(\d+\.x|\d+(?:\.\d+)*)", v).group(1) for v in listed.split("、")]
+            extras += [(python, v.replace("x", "*")) for v in versions]
+    return picks, extras
+
+
+def test_ci_asserts_the_python_and_openai_pairs_the_readme_lists():
+    picks, extras = readme_version_table()
+    assert picks == {"3.9": "2.48.0", **{f"3.{m}": "3.*" for m in range(10, 14)}}, picks
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r"^versions=\((.*)\)$", ci, re.M).group(1).split() == list(picks)
+    pick = re.search(r"^openai_pick\(\) \{ case \$1 in (.*); esac; \}$", ci, re.M).group(1)
+    cases = dict(re.findall(r'(\S+)\) echo "([^"]+)"', pick))
+    assert {python: cases.get(python, cases["*"]) for python in picks} == picks, pick
+    (python,) = re.findall(r"^extra_python=(\S+)$", ci, re.M)
+    runs = re.search(r"^extra_runs=\((.*)\)$", ci, re.M).group(1)
+    assert [(python, want) for _, want in re.findall(r'"([^|"]+)\|([^"]+)"', runs)] == extras
+
+
 def test_the_exit_code_table_matches_the_help_text():
     table = README.split("### 退出码", 1)[1].split("\n## ", 1)[0]
     codes = re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)
@@ -42,7 +71,16 @@ def test_the_exit_code_table_matches_the_help_text():
     assert named == {value for name, value in vars(lesson).items() if name.startswith("EXIT_")}
 
 
-def test_the_readme_shows_the_self_checks_real_last_lines():
+def test_the_readme_shows_the_self_checks_real_last_lines(capsys):
     shown = README.split("自检的结尾应是：", 1)[1].split("```", 2)[1].strip().splitlines()
-    last = f"[{len(lesson.SELF_CHECKS)}/{len(lesson.SELF_CHECKS)}] ok  {lesson.SELF_CHECKS[-1][0]}"
-    assert shown == [last, "self-check passed"]
+    code = lesson.self_check()
+    printed = capsys.readouterr().out.splitlines()
+    assert (code, printed[-2:]) == (0, shown)
+
+
+def test_the_self_check_runs_as_many_checks_as_the_readme_says(capsys):
+    (count,) = re.findall(r"运行 (\d+) 组检查", README)
+    lesson.self_check()
+    printed = capsys.readouterr().out.splitlines()
+    numbers = [re.match(r"\[(\d+)/(\d+)\] ok  \S", line).groups() for line in printed[:-1]]
+    assert numbers == [(str(n), count) for n in range(1, int(count) + 1)], printed

@@ -1,9 +1,10 @@
 """Where the output goes: streams that are closed, full or abandoned by their reader, and
 text from the provider that must not reach a terminal raw.
 
-The broken-stream tests start real processes, because what they pin happens at the process
+Most broken-stream tests start real processes, because what they pin happens at the process
 boundary (the exit code, and what the interpreter prints while shutting down). They prefer
---self-check and configuration errors, which start in ~50 ms without importing openai.
+--self-check and configuration errors, which start in ~50 ms without importing openai; the
+online answer's exit code, decided inside main(), is checked in-process.
 """
 
 import contextlib
@@ -23,10 +24,10 @@ SCRIPT = Path(lesson.__file__).resolve()
 KEY = "sk-streams-secret-0123456789"
 OUTPUT_FAILED = "[Harness] 输出没能写完"
 PYTHON_NOISE = ("Traceback", "Exception ignored")
-# Closed descriptors come from `sh -c 'exec ... >&-'`, and ENOSPC from /dev/full: Linux only.
-needs_linux_streams = pytest.mark.skipif(
-    not Path("/dev/full").exists(), reason="needs /dev/full and a POSIX shell"
-)
+# Closed descriptors come from `sh -c 'exec ... >&-'` and abandoned pipes from os.pipe():
+# any POSIX system. Only ENOSPC needs /dev/full, which macOS lacks.
+needs_posix = pytest.mark.skipif(os.name != "posix", reason="needs POSIX pipes and sh")
+needs_dev_full = pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 
 
 def environment(**variables):
@@ -89,10 +90,12 @@ def run_script(args, env, *, stdout=subprocess.PIPE, stderr=subprocess.PIPE, clo
 BUFFERING = pytest.mark.parametrize(
     "buffering", [{}, {"PYTHONUNBUFFERED": "1"}], ids=["buffered", "unbuffered"]
 )
-BROKEN_STDOUT = pytest.mark.parametrize("kind", ["reader-left", "full", "closed"])
+BROKEN_STDOUT = pytest.mark.parametrize(
+    "kind", ["reader-left", pytest.param("full", marks=needs_dev_full), "closed"]
+)
 
 
-@needs_linux_streams
+@needs_posix
 @BUFFERING
 @BROKEN_STDOUT
 def test_a_self_check_that_cannot_write_its_result_exits_4(kind, buffering):
@@ -101,7 +104,7 @@ def test_a_self_check_that_cannot_write_its_result_exits_4(kind, buffering):
     assert (done.returncode, OUTPUT_FAILED in done.stderr) == (4, True), done.stderr
 
 
-@needs_linux_streams
+@needs_posix
 @BUFFERING
 @BROKEN_STDOUT
 def test_a_self_check_that_cannot_write_its_result_prints_no_python_noise(kind, buffering):
@@ -110,25 +113,50 @@ def test_a_self_check_that_cannot_write_its_result_prints_no_python_noise(kind, 
     assert done.stderr and noise(done.stderr) == [], done.stderr
 
 
-@needs_linux_streams
-def test_a_successful_answer_whose_reader_left_exits_4(provider):
+class ReaderLeft:
+    """stdout after its reader left (`| head -c1`), in-process: the interpreter-exit part is
+    proven by the self-check processes above; what the online path adds is main()'s choice of
+    exit code. Buffered, a write lands in the buffer and the flush fails; unbuffered, both do."""
+
+    encoding = "utf-8"
+
+    def __init__(self, buffered):
+        self.buffered = buffered
+
+    def write(self, text):
+        if not self.buffered:
+            raise BrokenPipeError(32, "Broken pipe")
+        return len(text)
+
+    def flush(self):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.fixture(params=[True, False], ids=["buffered", "unbuffered"])
+def run_reader_left(request, provider, capsys, monkeypatch):
+    """Run main() online against `provider` with a stdout whose reader has left."""
+
+    def runner(args):
+        monkeypatch.setattr(sys, "stdout", ReaderLeft(request.param))
+        env = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+        code = lesson.main(args, env)
+        monkeypatch.undo()
+        return code, capsys.readouterr().err
+
+    return runner
+
+
+def test_a_successful_answer_whose_reader_left_exits_4(run_reader_left, provider):
     provider.script(completion(content="42"))
-    with broken("stdout", "reader-left") as streams:
-        done = run_script([], online(provider.base_url), **streams)
-    assert (done.returncode, OUTPUT_FAILED in done.stderr, noise(done.stderr)) == (4, True, []), (
-        done.stderr
-    )
+    code, err = run_reader_left([])
+    assert (code, err.startswith(OUTPUT_FAILED), len(err.splitlines())) == (4, True, 2), err
     assert len(provider.requests) == 1  # the answer really came and was lost on the way out
 
 
-@needs_linux_streams
-def test_a_stopped_loop_whose_reader_left_keeps_the_loops_exit_code(provider):
+def test_a_stopped_loop_whose_reader_left_keeps_the_loops_exit_code(run_reader_left, provider):
     provider.script(completion(content="248 乘以", finish_reason="length"))
-    with broken("stdout", "reader-left") as streams:
-        done = run_script(["--show-messages"], online(provider.base_url), **streams)
-    first = done.stderr.splitlines()[:1]
-    assert (done.returncode, noise(done.stderr)) == (1, []), done.stderr
-    assert first and first[0].startswith("[Model] step 1: "), done.stderr  # stopped by the loop
+    code, err = run_reader_left(["--show-messages"])
+    assert (code, err.startswith("[Model] step 1: "), OUTPUT_FAILED in err) == (1, True, False), err
 
 
 # ---------------------------------------------------------------------------
@@ -136,7 +164,7 @@ def test_a_stopped_loop_whose_reader_left_keeps_the_loops_exit_code(provider):
 # ---------------------------------------------------------------------------
 
 
-@needs_linux_streams
+@needs_posix
 @pytest.mark.parametrize(
     ("failure", "kind", "code"),
     [
@@ -160,8 +188,8 @@ def test_a_report_that_cannot_be_written_keeps_its_exit_code(closed_port_url, fa
 # Written out here rather than taken from the script: C0 controls but \t and \n, DEL, C1,
 # and the bidirectional controls (ALM, LRM, RLM, LRE..RLO, LRI..PDI).
 UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-# CSI as one C1 byte, an OSC title sequence ended by BEL, OSC, ST, RLO and LRI
-HOSTILE = "\x9b31m\x1b]0;x\x07\x9d\x9c\u202e\u2066\u061c\u200e\u200f\rX"
+# CSI as one C1 byte, an OSC title sequence ended by BEL, OSC, ST, RLO and LRI, DEL
+HOSTILE = "\x9b31m\x1b]0;x\x07\x9d\x9c\u202e\u2066\u061c\u200e\u200f\x7f\rX"
 SIX_BY_SEVEN = '{"a":6,"b":7}'
 
 
