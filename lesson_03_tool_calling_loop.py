@@ -473,23 +473,19 @@ def json_type_name(value: object) -> str:
     return "空值 null" if value is None else names.get(type(value), f"「{type(value).__name__}」")
 
 
-def redact(text: str) -> str:
-    """把已登记的 API Key 换成 ***。clip() 在截断之前、SafeOutput 在写出之前都先调用它。"""
+def made_safe(text: str) -> str:
+    """遮住已登记的 API Key，把能操纵终端的字符写成 \\u001b 这样的转义（看得见，却不起作用）。
+    所有输出都经过这里：clip() 在截断之前，SafeOutput 在写出之前。"""
     for secret in SECRETS:
         text = text.replace(secret, "***")
-    return text
-
-
-def defused(text: str) -> str:
-    """能操纵终端的字符写成 \\u001b 这样的转义：看得见，却不会作用到终端。"""
     return TERMINAL_UNSAFE.sub(lambda match: f"\\u{ord(match[0]):04x}", text)
 
 
 def clip(value: object, limit: int = 200) -> str:
-    """把任意外来的值变成有界的一行：先遮 key，换行变空格、控制字符转义，最后截断。"""
+    """把任意外来的值变成有界的一行：换行变空格，遮 key、转义控制字符，最后才截断。"""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
-    text = redact(text).encode("utf-8", "backslashreplace").decode("utf-8")
-    text = defused(re.sub(r"[\t\n\r]+", " ", text)).strip()
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = made_safe(re.sub(r"[\t\n\r]+", " ", text)).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -550,9 +546,10 @@ class SafeOutput:
         self.status_width = 0
 
     def write(self, text: str) -> int:
+        self.status("")  # 临时状态行先擦掉，再写真正的输出
         if self.flush_first is not None:
             self.flush_first.flush()
-        text = defused(redact(text).replace("\r\n", "\n"))  # Windows 换行照常显示，单独的 \r 才转义
+        text = made_safe(text.replace("\r\n", "\n"))  # Windows 换行照常显示，单独的 \r 才转义
         self._try("write", text.encode(self.encoding, "backslashreplace").decode(self.encoding))
         return len(text)
 
@@ -595,9 +592,10 @@ HINT_LENGTH = (
     "输出上限或上下文窗口：调大 max_tokens（llama-server 的 -n/--n-predict，Ollama 的 "
     "num_predict），或换上下文更大的模型、缩短问题"
 )
-HINT_PROXY = (
-    "检查 {name}：代理是否在运行、端口对不对、要不要认证；本机或内网的端点把主机加进 NO_PROXY"
-    "（如 NO_PROXY=127.0.0.1,localhost），或运行前 unset {name}"
+HINT_PROXY = (  # Clash、V2Ray 常给 socks5:// 代理，httpx 要多装 socksio 才能用
+    "检查 {name}：代理在不在运行、端口和认证对不对（socks5:// 代理还要 python -m pip "
+    "install socksio）；本机或内网的端点加进 NO_PROXY（如 NO_PROXY=127.0.0.1,localhost），"
+    "或运行前 unset {name}"
 )
 # finish_reason -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
 FINISH_REASONS = {
@@ -622,23 +620,17 @@ HINT_NO_TOOLS = (
     "这个模型或端点不支持 Tool Calling：换支持 tools 的模型（vLLM 要开启自动工具选择，"
     "llama.cpp 要加 --jinja）；multiply() 还没运行过，不要去改工具"
 )
-# 没有 HTTP 状态码的失败，按异常链里的字样认出原因：字样 | 原因 | 建议（缩进的行接着上一行）；
-# 从上往下，先命中的算数
+# 没有 HTTP 状态码的失败，按异常链里的字样认出原因：字样 | 原因 | 建议，从上往下先命中的算数
 NETWORK_FAILURES = [
-    re.sub(r"\n\s+", " ", rule).split(" | ")
-    for rule in re.split(
-        r"\n(?=\S)",
-        """\
+    rule.split(" | ")
+    for rule in """\
 CERTIFICATE_VERIFY_FAILED | TLS 证书校验失败 | 检查 SSL_CERT_FILE、SSL_CERT_DIR，或 unset 它们
 SSL|handshake | TLS 握手失败：这个端口说的多半是 http | 本地服务用 http://，别写成 https://
 TooManyRedirects | 重定向循环 | 用 curl -I 看 OPENAI_BASE_URL 跳到哪里，改成最终的 API 地址
-MemoryError|start new thread|Too many open | 操作系统拒绝了线程、内存或文件
-    | 不是网络或 SDK 的问题：关掉别的程序，或放宽进程的资源限制（ulimit）再试
-ProtocolError|ReadError|DecodingError | 连上了服务器，但响应中途断开或无法解码
-    | 服务器或中间的代理出了问题：看服务端日志；确认 OPENAI_BASE_URL 指向的是 API
+MemoryError|new thread|Too many open | 操作系统拒绝了线程、内存或文件 | 放宽 ulimit 后再试
+Protocol|ReadError|Decoding | 连上了服务器，但响应中途断开或无法解码 | 看服务端日志和中间的代理
 Connect | 连不上服务器 | 检查端点的地址、端口和服务是否已启动
-Timeout | 请求超时 | 服务器太慢或限流：稍后再试；本地模型较慢时调大 OPENAI_TIMEOUT（秒）""",
-    )
+Timeout | 请求超时 | 服务器太慢或限流：稍后再试；本地模型慢就调大 OPENAI_TIMEOUT""".splitlines()
 ]
 
 
@@ -685,8 +677,11 @@ def explain_choiceless(response: object) -> AgentStop:
     """HTTP 200 却没有 choices：转述 Provider 自己说了什么（错误信封、网页或别的文字）。"""
     said = response[0] if isinstance(response, list) and response else response  # [{"error": …}]
     said = said if isinstance(said, (str, dict)) else getattr(said, "error", None)
-    page = isinstance(said, str)
-    what = "返回的不是 JSON（可能是一张网页）" if page else "Provider 用 HTTP 200 返回了错误"
+    what = (
+        "返回的不是 JSON（可能是一张网页）"
+        if isinstance(said, str)
+        else "Provider 用 HTTP 200 返回了错误"
+    )
     what = f"{what}：{provider_text(said)}" if said else "响应里没有 choices"
     return AgentStop(PROVIDER, what, HINT_BASE_URL)
 
@@ -727,10 +722,10 @@ def provider_text(body: object) -> str:
             return clip(inner)
         said, meta = clip(inner.get("message") or inner), inner.get("metadata")
         raw = meta.get("raw") if isinstance(meta, dict) else None
-        from contextlib import suppress
-
-        with suppress(TypeError, ValueError, RecursionError):  # 常是 JSON 文本，也可能只是文字
+        try:  # noqa: SIM105  常是一段 JSON 文本，也可能只是文字
             raw = json.loads(raw)
+        except (TypeError, ValueError, RecursionError):
+            pass
         return clip(f"{said}：{provider_text(raw)}") if raw else said
     if not isinstance(body, str):
         return clip(body)
@@ -760,7 +755,6 @@ class DeadlineClient:
 
     def create(self, **request: object) -> object:
         import threading
-        import time
 
         outcome: dict = {}
 
@@ -773,14 +767,12 @@ class DeadlineClient:
         worker = threading.Thread(target=call, daemon=True)
         worker.start()
         status = getattr(sys.stderr, "status", lambda text: None)
-        started = time.monotonic()
-        try:
-            while worker.is_alive() and time.monotonic() - started < self.seconds:
-                worker.join(max(0.0, min(1.0, started + self.seconds - time.monotonic())))
-                if worker.is_alive():
-                    status(f"…等待响应 {time.monotonic() - started:.0f} 秒")
-        finally:
-            status("")
+        for waited in range(1, int(self.seconds) + 2):  # 每秒醒来一次，报告已经等了几秒
+            worker.join(min(1.0, self.seconds - waited + 1))
+            if not worker.is_alive():
+                break
+            status(f"…等待响应 {waited} 秒")
+        status("")  # 步骤行写在 stdout 上：返回之前先擦掉
         if worker.is_alive():
             raise WholeRequestTimeout(f"整次请求（含重试）超过 {self.seconds:g} 秒仍未完成")
         if "error" in outcome:
@@ -841,9 +833,6 @@ def explain_client_failure(error: Exception, config: dict) -> AgentStop:
         return config_error(f"无法创建 OpenAI 客户端：{detail}", HINT_URL_FORM)
     name, proxy = config["proxy"]
     what = f"SDK 用不了代理 {name}={without_password(proxy)}（{detail}）"
-    if "socksio" in detail:  # Clash、V2Ray 常见的 socks5://：httpx 要多装一个包
-        hint = f"python -m pip install socksio；或把端点加进 NO_PROXY，或运行前 unset {name}"
-        return config_error(what, hint)
     return config_error(what, HINT_PROXY.format(name=name))
 
 
@@ -894,15 +883,10 @@ def check_config(environ: dict) -> dict:
         if not (value.isascii() and value.isprintable()):
             hint = f"重新设置它，或 unset {name}；Windows 上存 .env 时用 LF 换行"
             raise config_error(f"{name} 里有放不进 HTTP 头的字符（非 ASCII、换行或 \\r）", hint)
-    raw_timeout = environ.get("OPENAI_TIMEOUT", "").strip()
-    try:
-        timeout = float(raw_timeout) if raw_timeout else DEFAULT_TIMEOUT_SECONDS
-    except ValueError:
-        timeout = 0.0
+    raw_timeout = environ.get("OPENAI_TIMEOUT", "").strip() or str(DEFAULT_TIMEOUT_SECONDS)
+    timeout = float(raw_timeout) if re.fullmatch(r"\d*\.?\d+", raw_timeout) else 0.0
     if not 0 < timeout <= MAX_TIMEOUT_SECONDS:
-        what = (
-            f"OPENAI_TIMEOUT 要大于 0、不超过 {MAX_TIMEOUT_SECONDS:.0f} 秒：{clip(raw_timeout, 40)}"
-        )
+        what = f"OPENAI_TIMEOUT 要是 0 到 {MAX_TIMEOUT_SECONDS:.0f} 之间的秒数：{clip(raw_timeout)}"
         raise config_error(what, "例如 export OPENAI_TIMEOUT=60")
     return {
         "api_key": api_key,
@@ -1062,11 +1046,9 @@ if __name__ == "__main__":
     exit_code = main(sys.argv[1:], dict(os.environ))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # 收尾时再按 Ctrl-C 也不打出 traceback
     # 输出端已关（如 | head）时，解释器退出前还会再刷一次缓冲：改接到 /dev/null，
-    # 免得打出 "Exception ignored ... BrokenPipeError"，退出码也变成 120；按过 Ctrl-C 就不再等管道
+    # 免得打出 "Exception ignored ... BrokenPipeError"，退出码也变成 120
     for stream in (sys.stdout, sys.stderr):
         try:
-            if exit_code == 130 and stream is sys.stdout:
-                raise OSError("interrupted: drop what is left")
             stream.flush()
         except (OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
