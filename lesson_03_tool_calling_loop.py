@@ -895,7 +895,7 @@ def check_config(environ: dict) -> dict:
         "base_url_given": bool(given_url),
         "organization": sent["OPENAI_ORG_ID"] or None,
         "project": sent["OPENAI_PROJECT_ID"] or None,
-        "proxy": proxy_for(base_url),
+        "proxy": proxy_for(base_url),  # 代理变量和 httpx 一样从进程环境里读
         "timeout": timeout,
         "deadline": timeout * (MAX_RETRIES + 1) + 1,  # 每次尝试一个 timeout，再留一秒余量
     }
