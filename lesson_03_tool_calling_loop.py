@@ -18,6 +18,7 @@ import io
 import json
 import os
 import re
+import signal
 import sys
 from types import SimpleNamespace
 
@@ -554,19 +555,25 @@ def json_type_name(value: object) -> str:
     return "空值 null" if value is None else names.get(type(value), f"「{type(value).__name__}」")
 
 
-def redact(text: str) -> str:
-    """把已登记的 API Key 换成 ***。"""
+def made_safe(text: str) -> str:
+    """遮住已登记的 API Key，把能操纵终端的字符写成 \\u001b 这样的转义（看得见，却不起作用）。
+    所有输出都经过这里：clip() 在截断之前，SafeOutput 在写出之前。"""
     for secret in SECRETS:
         text = text.replace(secret, "***")
-    return text
+    return TERMINAL_UNSAFE.sub(lambda match: f"\\u{ord(match[0]):04x}", text)
 
 
 def clip(value: object, limit: int = 200) -> str:
-    """把任意外来的值变成有界的一行：先遮 key，再去掉控制字符和孤立代理字符，最后截断。"""
+    """把任意外来的值变成有界的一行：换行变空格，遮 key、转义控制字符，最后才截断。"""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
-    text = redact(text).encode("utf-8", "backslashreplace").decode("utf-8")
-    text = re.sub(r"[\x00-\x1f\x7f-\x9f]+", " ", text).strip()
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = made_safe(re.sub(r"[\t\n\r]+", " ", text)).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def without_password(url: str) -> str:
+    """地址照原样显示，只把 用户名:密码@ 换成 ***@；少了 // 或协议也一样。"""
+    return clip(re.sub(r"^([A-Za-z][\w+.-]*:/*)?.*@", r"\1***@", url, flags=re.S), 120)
 
 
 def shown_value(value: object) -> str:
@@ -620,20 +627,31 @@ def is_call_object(block: str) -> bool:
 
 
 class SafeOutput:
-    """包住 stdout/stderr：遮 key、转义终端控制字符；写不出去（管道关了、磁盘满了）就记下来。"""
+    """包住 stdout/stderr：遮 key、转义终端控制字符；写不出去（管道关了、磁盘满了）就记下来。
+    写 stderr 之前先冲刷 stdout：两路合进一个管道（2>&1 | tee）时，行的先后就是事情的先后。"""
 
-    def __init__(self, stream: object):
-        self.stream, self.failed = stream, stream is None
+    def __init__(self, stream: object, flush_first: object = None):
+        self.stream, self.failed, self.flush_first = stream, stream is None, flush_first
         self.encoding = getattr(stream, "encoding", None) or "utf-8"
+        self.status_width = 0
 
     def write(self, text: str) -> int:
-        text = redact(text).replace("\r\n", "\n")  # Windows 换行照常显示，单独的 \r 才转义
-        text = TERMINAL_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+        self.status("")  # 临时状态行先擦掉，再写真正的输出
+        if self.flush_first is not None:
+            self.flush_first.flush()
+        text = made_safe(text.replace("\r\n", "\n"))  # Windows 换行照常显示，单独的 \r 才转义
         self._try("write", text.encode(self.encoding, "backslashreplace").decode(self.encoding))
         return len(text)
 
     def flush(self) -> None:
         self._try("flush")
+
+    def status(self, text: str) -> None:
+        """终端上的一行临时状态，下一次调用（空串）擦掉它；不是终端就什么都不写。"""
+        if getattr(self.stream, "isatty", bool)() and (text or self.status_width):
+            self._try("write", "\r" + " " * self.status_width + "\r" + text)
+            self._try("flush")
+            self.status_width = 2 * len(text)  # 中文字在终端里占两格
 
     def _try(self, method: str, *args: str) -> None:
         try:
@@ -649,7 +667,10 @@ HINT_BASE_URL = "检查 OPENAI_BASE_URL 是否指向 API（通常以 /v1 结尾�
 HINT_MAX_STEPS = "模型一直在调用工具；检查问题、模型能力，以及工具错误是否反复出现"
 HINT_TOO_MANY = f"上限是 {MAX_TOOL_CALLS}，一个都没执行；这个端点或模型的输出不正常，换一个再试"
 HINT_URL_FORM = "只写协议、主机、端口和路径，例如 http://127.0.0.1:11434/v1"
-HINT_INSTALL = '先运行：python3 -m pip install "openai>=1.109.1,<4"（Windows 上是 py -m pip ...）'
+HINT_INSTALL = (
+    "先激活 README 第 2 步建的虚拟环境（. .venv/bin/activate，Windows 是 .venv\\Scripts\\"
+    'Activate.ps1），还没建就照第 2 步建；或在虚拟环境里 pip install "openai>=1.109.1,<4"'
+)
 HINT_REFUSAL = "换一种问法，或查看 Provider 的内容策略"
 HINT_EMPTY_ANSWER = "再问一次；仍为空就换更大的模型，或确认端点支持 Tool Calling"
 HINT_CALL_AS_TEXT = (
@@ -661,6 +682,11 @@ HINT_LENGTH = (
     "输出上限或上下文窗口：调大 max_tokens（llama-server 的 -n/--n-predict，Ollama 的 "
     "num_predict），或换上下文更大的模型、缩短问题"
 )
+HINT_PROXY = (  # Clash、V2Ray 常给 socks5:// 代理，httpx 要多装 socksio 才能用
+    "检查 {name}：代理在不在运行、端口和认证对不对（socks5:// 代理还要 python -m pip "
+    "install socksio）；本机或内网的端点加进 NO_PROXY（如 NO_PROXY=127.0.0.1,localhost），"
+    "或运行前 unset {name}"
+)
 # finish_reason -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
 FINISH_REASONS = {
     "length": (MODEL, "输出达到 Token 上限被截断", HINT_LENGTH),
@@ -669,10 +695,12 @@ FINISH_REASONS = {
     "function_call": (PROVIDER, "OpenAI 已弃用的旧 functions 协议", HINT_ENDPOINT),
 }
 HTTP_HINTS = {
+    400: "按 Provider 的原话检查请求",
     401: "检查 OPENAI_API_KEY 是否正确、是否属于 OPENAI_BASE_URL 指向的 Provider",
     403: "这个 key 无权使用该模型或端点；检查 OPENAI_API_KEY 与账户权限",
     404: "检查 OPENAI_MODEL 的模型名；OPENAI_BASE_URL 通常要以 /v1 结尾",
     429: "触发频率限制或额度用完：检查余额与配额，稍后再试",
+    500: "Provider 服务端出错：稍后再试",
 }
 # Ollama、vLLM、llama.cpp、OpenRouter 等说“不支持工具”时的原话片段
 NO_TOOLS_PHRASES = ("does not support tools", "unsupported param: tools", "tool choice requires")
@@ -681,8 +709,19 @@ HINT_NO_TOOLS = (
     "这个模型或端点不支持 Tool Calling：换支持 tools 的模型（vLLM 要开启自动工具选择，"
     "llama.cpp 要加 --jinja）；multiply() 还没运行过，不要去改工具"
 )
-# 连上了、也有了应答，却在读响应时出错：这不是“连不上”
-BROKEN_RESPONSE = ("RemoteProtocolError", "ReadError", "DecodingError", "LocalProtocolError")
+# 没有 HTTP 状态码的失败，按异常链里的字样认出原因：字样 | 原因 | 建议，从上往下先命中的算数
+NETWORK_FAILURES = [
+    rule.split(" | ")
+    for rule in """\
+CERTIFICATE_VERIFY_FAILED | TLS 证书校验失败 | 检查 SSL_CERT_FILE、SSL_CERT_DIR，或 unset 它们
+SSL|handshake | TLS 握手失败：这个端口说的多半是 http | 本地服务用 http://，别写成 https://
+TooManyRedirects | 重定向循环 | 用 curl -I 看 OPENAI_BASE_URL 跳到哪里，改成最终的 API 地址
+MemoryError|new thread|Too many open | 操作系统拒绝了线程、内存或文件 | 放宽 ulimit 后再试
+Protocol|ReadError|Decoding | 连上了服务器，但响应中途断开或无法解码 | 看服务端日志和中间的代理
+Connect | 连不上服务器 | 检查端点的地址、端口和服务是否已启动
+WholeRequest | 请求超时 | 慢或限流（SDK 可能在等 Retry-After）：稍后再试，或调大 OPENAI_TIMEOUT
+Timeout | 请求超时 | 检查网络和服务端；本地模型慢就调大 OPENAI_TIMEOUT（秒）""".splitlines()
+]
 
 
 def explain_finish_reason(finish_reason: object, with_tool_calls: bool) -> AgentStop:
@@ -703,6 +742,9 @@ def check_response_shape(response: object) -> None:
     choices = getattr(response, "choices", None)
     if not isinstance(choices, list) or not choices:
         raise explain_choiceless(response)
+    if getattr(choices[0], "error", None):  # OpenRouter：HTTP 200，错误写在 choice 里
+        said = provider_text(choices[0].error)
+        raise AgentStop(PROVIDER, f"Provider 在 choices[0].error 里报错：{said}", HINT_BASE_URL)
     message = getattr(choices[0], "message", None)
     calls = getattr(message, "tool_calls", None) or []
     texts = [getattr(message, "content", None), getattr(message, "reasoning_content", None)]
@@ -721,67 +763,62 @@ def check_response_shape(response: object) -> None:
 
 
 def explain_choiceless(response: object) -> AgentStop:
-    """HTTP 200 却没有 choices：转述 Provider 自己说了什么。"""
-    if isinstance(response, list) and response:
-        response = response[0]  # 例如 [{"error": ...}]
-    if isinstance(response, str):
-        what = f"返回的不是 JSON（可能是一张网页）：{provider_text(response)}"
-    elif getattr(response, "error", None) is not None:
-        what = f"Provider 用 HTTP 200 返回了错误：{provider_text(response.error)}"
-    else:
-        what = "响应里没有 choices"
+    """HTTP 200 却没有 choices：转述 Provider 自己说了什么（错误信封、网页或别的文字）。"""
+    said = response[0] if isinstance(response, list) and response else response  # [{"error": …}]
+    said = said if isinstance(said, (str, dict)) else getattr(said, "error", None)
+    what = (
+        "返回的不是 JSON（可能是一张网页）"
+        if isinstance(said, str)
+        else "Provider 用 HTTP 200 返回了错误"
+    )
+    what = f"{what}：{provider_text(said)}" if said else "响应里没有 choices"
     return AgentStop(PROVIDER, what, HINT_BASE_URL)
 
 
 def explain_request_failure(error: Exception) -> AgentStop:
-    """把 SDK 的异常翻译成能照着检查的话；按属性和类名判断，自检时不必导入 openai。"""
+    """把 SDK 的异常翻译成能照着检查的话；按属性、类名和原话判断，自检时不必导入 openai。"""
     status, kind = getattr(error, "status_code", None), type(error).__name__
+    cause = error.__cause__ or error  # SDK 把 httpx 的异常包在里面，原话在那里
+    seen = f"{kind}: {error} {type(cause).__name__}: {cause}"
+    detail = f"（{kind}: {clip(str(cause), 120)}）"
+    said = f"HTTP {status}：{provider_text(getattr(error, 'body', None) or str(error))}"
+    found = next((rule for rule in NETWORK_FAILURES if re.search(rule[0], seen)), None)
+    via = proxy_for(str(getattr(getattr(error, "request", None), "url", "")))
+    unreachable = status in (407, 502) or (status is None and (found or [""])[0] == "Connect")
+    if via and unreachable:  # 代理挡在中间时，“连不上”和它自己的 407、502 都先怪它
+        what = f"请求没能经代理 {without_password(via[1])}（{via[0]}）送到端点"
+        what += f"：{said}" if status else detail
+        return AgentStop(SDK_NETWORK, what, HINT_PROXY.format(name=via[0]), EXIT_REQUEST_FAILED)
     if isinstance(status, int):
-        said = provider_text(getattr(error, "body", None) or str(error))
-        if any(phrase in said.lower() for phrase in NO_TOOLS_PHRASES):
-            hint = HINT_NO_TOOLS
-        elif status in HTTP_HINTS:
-            hint = HTTP_HINTS[status]
-        else:
-            hint = (
-                "Provider 服务端出错：稍后再试" if status >= 500 else "按 Provider 的原话检查请求"
-            )
-        return AgentStop(PROVIDER, f"HTTP {status}：{said}", hint, EXIT_REQUEST_FAILED)
+        hint = HTTP_HINTS.get(status, HTTP_HINTS[500 if status >= 500 else 400])
+        hint = HINT_NO_TOOLS if any(p in said.lower() for p in NO_TOOLS_PHRASES) else hint
+        return AgentStop(PROVIDER, said, hint, EXIT_REQUEST_FAILED)
     if isinstance(error, json.JSONDecodeError):
         what = f"服务器回了 HTTP 200，响应体却不是完整的 JSON（{clip(str(error), 80)}）"
         return AgentStop(PROVIDER, what, HINT_BASE_URL, EXIT_REQUEST_FAILED)
-    cause = error.__cause__ or error
-    if isinstance(error, WholeRequestTimeout):  # 也可能是 SDK 正按 429/5xx 的 Retry-After 等待重试
-        what, hint = (
-            "请求超时",
-            "服务器太慢或限流：稍后再试；本地模型较慢时调大 OPENAI_TIMEOUT（秒）",
-        )
-    elif "Timeout" in kind or isinstance(error, TimeoutError):
-        what, hint = "请求超时", "检查网络；本地模型较慢时可调大 OPENAI_TIMEOUT（秒）"
-    elif type(cause).__name__ in BROKEN_RESPONSE:
-        what = "连上了服务器，但响应中途断开或无法解码"
-        hint = "服务器或中间的代理出了问题：看服务端日志；确认 OPENAI_BASE_URL 指向的是 API"
-    elif "Connection" in kind:
-        what, hint = (
-            "连不上服务器",
-            "检查端点的地址、端口和服务是否已启动；用代理时检查 HTTPS_PROXY",
-        )
-    else:
-        what, hint = "请求失败", "检查 openai 的版本与网络"
-    detail = f"（{kind}: {clip(str(cause), 120)}）"
+    what, hint = found[1:] if found else ("请求失败", "检查 openai 的版本与网络")
     return AgentStop(SDK_NETWORK, what + detail, hint, EXIT_REQUEST_FAILED)
 
 
 def provider_text(body: object) -> str:
-    """从各种错误体里取出 Provider 的原话：JSON 对象、JSON 列表、其他信封或 HTML。"""
+    """Provider 的原话：拆开 [...]、{"error": ...} 和 OpenRouter 放上游原话的 metadata.raw；
+    网页取标题。先过 clip()（遮 key）再截断，网页再大也只看开头。"""
     if isinstance(body, list) and body:
         body = body[0]  # Gemini 兼容端点把错误包在列表里
     if isinstance(body, dict):
         inner = body.get("error", body)
-        return clip(inner.get("message") or inner) if isinstance(inner, dict) else clip(inner)
+        if not isinstance(inner, dict):
+            return clip(inner)
+        said, meta = clip(inner.get("message") or inner), inner.get("metadata")
+        raw = meta.get("raw") if isinstance(meta, dict) else None
+        try:  # noqa: SIM105  常是一段 JSON 文本，也可能只是文字
+            raw = json.loads(raw)
+        except (TypeError, ValueError, RecursionError):
+            pass
+        return clip(f"{said}：{provider_text(raw)}") if raw else said
     if not isinstance(body, str):
         return clip(body)
-    head = body[:4000]  # 只看开头：网页再大，找标题的工作量也有上限
+    head = clip(body, 4000)  # 只看开头：网页再大，找标题的工作量也有上限
     start = head.lower().find("<title>")
     if start >= 0:
         end = head.lower().find("</title>", start)
@@ -798,7 +835,8 @@ class WholeRequestTimeout(TimeoutError):
 
 class DeadlineClient:
     """OPENAI_TIMEOUT 只限制每次读 socket，每秒滴一个字节的服务器能把请求拖上几分钟。
-    所以请求在后台线程里跑，主线程只等到总期限；过期就放弃它，进程退出时线程随之结束。"""
+    所以请求在后台线程里跑，主线程只等到总期限；过期就放弃它，进程退出时线程随之结束。
+    等待时 stderr 若是终端，就显示已等了几秒，返回前擦掉。"""
 
     def __init__(self, client: object, seconds: float):
         self.client, self.seconds = client, seconds
@@ -817,7 +855,13 @@ class DeadlineClient:
 
         worker = threading.Thread(target=call, daemon=True)
         worker.start()
-        worker.join(self.seconds)
+        status = getattr(sys.stderr, "status", lambda text: None)
+        for waited in range(1, int(self.seconds) + 2):  # 每秒醒来一次，报告已经等了几秒
+            worker.join(min(1.0, self.seconds - waited + 1))
+            if not worker.is_alive():
+                break
+            status(f"…等待响应 {waited} 秒")
+        status("")  # 步骤行写在 stdout 上：返回之前先擦掉
         if worker.is_alive():
             raise WholeRequestTimeout(f"整次请求（含重试）超过 {self.seconds:g} 秒仍未完成")
         if "error" in outcome:
@@ -825,28 +869,92 @@ class DeadlineClient:
         return outcome["response"]
 
 
+# ---- 环境：SDK 和 httpx 还会读别的环境变量（见 --help）；出了问题，说出是哪一个 ----
+CONNECT_SECONDS = 5.0  # 与 SDK 自己的默认连接期限相同
+
+
+def proxy_for(url: str) -> tuple:
+    """httpx 会给这个地址用的代理：(变量名, 代理地址)，或 ()。httpx 用的也是这两个函数。"""
+    from urllib.parse import urlsplit
+    from urllib.request import getproxies, proxy_bypass_environment
+
+    parts, proxies = urlsplit(url), getproxies()
+    key = parts.scheme if proxies.get(parts.scheme) else "all"  # <协议>_proxy 先于 all_proxy
+    host = parts.netloc.rpartition("@")[2]
+    if not proxies.get(key) or not parts.hostname or proxy_bypass_environment(host, proxies):
+        return ()
+    names = [n for n in sorted(os.environ, key=str.isupper) if n.lower() == f"{key}_proxy"]
+    return (names or ["系统代理设置"])[0], proxies[key]  # 同名时小写的那个算数
+
+
+def hide_from_sdk(config: dict) -> dict:
+    """暂时从 os.environ 拿走 SDK 会自己读、这次却不该用的变量（返回它们以便放回）：
+    全部 OPENAI_*（值都由 make_client 明确给出），和这个端点用不上的代理变量。"""
+    names = [
+        n for n in os.environ if n.upper().startswith("OPENAI_") or n.lower().endswith("_proxy")
+    ]
+    return {name: os.environ.pop(name) for name in names if name not in config["proxy"][:1]}
+
+
+def explain_import_failure(error: Exception) -> AgentStop:
+    """没装 SDK、SDK 装坏了，还是脚本旁边同名的 openai.py 或 openai/ 挡住了它。"""
+    from importlib.util import find_spec
+
+    spec = find_spec("openai") if sys.modules.get("openai", True) is not None else None
+    where = spec and (spec.origin or next(iter(spec.submodule_search_locations or []), None))
+    if where and not re.search(r"[/\\](site|dist)-packages[/\\]", where):
+        what = f"导入的 openai 不是 SDK，而是 {clip(where, 160)}"
+        return AgentStop(HARNESS, what, "给它改个名字（别叫 openai），再运行", EXIT_USAGE)
+    what = f"openai SDK 导入失败（{type(error).__name__}: {clip(str(error), 120)}）"
+    return AgentStop(HARNESS, what if where else "没有安装 openai SDK", HINT_INSTALL, EXIT_USAGE)
+
+
+def explain_client_failure(error: Exception, config: dict) -> AgentStop:
+    """创建客户端就失败：多半是 SDK 顺带读到的证书或代理变量，不是地址写错。"""
+    detail = f"{type(error).__name__}: {clip(str(error), 160)}"
+    named = [n for n in ("SSLKEYLOGFILE", "SSL_CERT_DIR", "SSL_CERT_FILE") if os.environ.get(n)]
+    if isinstance(error, OSError) and named:  # ssl 这时读证书文件；ssl.SSLError 也是 OSError
+        name = next((n for n in named if os.environ[n] in str(error)), named[-1])
+        return config_error(
+            f"{name} 指向的文件不能用（{detail}）", f"改成有效的路径，或 unset {name}"
+        )
+    if not config["proxy"]:
+        return config_error(f"无法创建 OpenAI 客户端：{detail}", HINT_URL_FORM)
+    name, proxy = config["proxy"]
+    what = f"SDK 用不了代理 {name}={without_password(proxy)}（{detail}）"
+    return config_error(what, HINT_PROXY.format(name=name))
+
+
 # ---- 配置：在发出任何请求之前，把填错的环境变量说清楚（退出码 2） ----
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_SECONDS = 60.0  # SDK 默认等 10 分钟，学习时太久
 MAX_TIMEOUT_SECONDS = 3600.0
 MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试也没用
+ORG_VARIABLES = ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID")
+KEY_LIKE = re.compile(r"(?:sk|gsk|xai)[-_]\S*|AIza\S*|[A-Za-z0-9]{32,}(?:\.\w+)?")
 
 
 def make_client(config: dict) -> object:
     """创建 OpenAI SDK 客户端（只有这里导入 openai），给整次请求加上总期限。"""
     try:
-        from openai import OpenAI
-    except ImportError:
-        raise AgentStop(HARNESS, "没有安装 openai SDK", HINT_INSTALL, EXIT_USAGE) from None
+        from openai import OpenAI, Timeout
+    except Exception as error:  # 没装、装坏了，或被脚本旁边同名的 openai.py 挡住
+        raise explain_import_failure(error) from None
+    hidden = hide_from_sdk(config)  # SDK 只用这里明确给它的值
     try:
         client = OpenAI(
             api_key=config["api_key"],
             base_url=config["base_url"],
-            timeout=config["timeout"],
+            organization=config["organization"],
+            project=config["project"],
+            # 连接（含 TLS 握手）单独限时：协议或端口填错几秒就报错，不必等满 OPENAI_TIMEOUT
+            timeout=Timeout(config["timeout"], connect=min(config["timeout"], CONNECT_SECONDS)),
             max_retries=MAX_RETRIES,
         )
-    except Exception as error:  # 例如主机名不是合法的国际化域名：SDK 自己的检查
-        raise config_error(f"无法创建 OpenAI 客户端：{clip(str(error))}", HINT_URL_FORM) from None
+    except Exception as error:  # 多半是 SDK 顺带读到的代理、证书变量，或 SDK 自己的地址检查
+        raise explain_client_failure(error, config) from None
+    finally:
+        os.environ.update(hidden)
     return DeadlineClient(client, config["deadline"])
 
 
@@ -856,6 +964,8 @@ def config_error(what: str, hint: str) -> AgentStop:
 
 def check_config(environ: dict) -> dict:
     """检查在线运行的环境变量，缺什么、错什么都说清楚；返回创建客户端所需的值。"""
+    from urllib.parse import urlsplit
+
     for name, hint in (
         ("OPENAI_API_KEY", "本地服务（Ollama、llama.cpp）不校验 key，随便填一个，例如 local"),
         ("OPENAI_MODEL", "填写 Provider 上支持 Tool Calling 的模型名"),
@@ -865,6 +975,9 @@ def check_config(environ: dict) -> dict:
     api_key, model = environ["OPENAI_API_KEY"].strip(), environ["OPENAI_MODEL"].strip()
     if len(api_key) >= 8:  # 更短的通常是本地服务的占位符，遮了只会把别的字弄乱
         SECRETS.extend([api_key, json.dumps(api_key)[1:-1]])  # 后者是它在 JSON 里的写法
+    if KEY_LIKE.fullmatch(model):  # 报告里会写模型名：它若是 key，就不能打印
+        hint = "OPENAI_API_KEY 和 OPENAI_MODEL 可能填反了：key 放前者，模型名放后者"
+        raise config_error("OPENAI_MODEL 看起来是一个 API Key（没有打印它）", hint)
     if not is_text(model):
         raise config_error("OPENAI_MODEL 含有无法编码的字符", "检查终端编码后重新设置")
     if not api_key.isascii() or any(char.isspace() for char in api_key):
@@ -873,24 +986,29 @@ def check_config(environ: dict) -> dict:
     base_url = given_url or DEFAULT_BASE_URL  # 显式给出：否则 SDK 会读一个 export 了却为空的变量
     problem = base_url_problem(base_url)
     if problem:
-        hidden = re.sub(r"^([A-Za-z][\w+.-]*:/+)?.*@", r"\1***@", base_url, flags=re.S)
-        shown = clip(hidden, 120)  # 不回显地址里的密码：少了 // 或协议也一样
-        raise config_error(f"OPENAI_BASE_URL 不可用（{shown}）：{problem}", HINT_URL_FORM)
-    raw_timeout = environ.get("OPENAI_TIMEOUT", "").strip()
-    try:
-        timeout = float(raw_timeout) if raw_timeout else DEFAULT_TIMEOUT_SECONDS
-    except ValueError:
-        timeout = 0.0
-    if not 0 < timeout <= MAX_TIMEOUT_SECONDS:
-        what = (
-            f"OPENAI_TIMEOUT 要大于 0、不超过 {MAX_TIMEOUT_SECONDS:.0f} 秒：{clip(raw_timeout, 40)}"
+        raise config_error(
+            f"OPENAI_BASE_URL 不可用（{without_password(base_url)}）：{problem}", HINT_URL_FORM
         )
+    # 组织、项目是 OpenAI 自己的概念：只发给它，留下的旧值不跟着请求去第三方端点
+    official = (urlsplit(base_url).hostname or "").endswith("api.openai.com")
+    sent = {name: environ.get(name, "") if official else "" for name in ORG_VARIABLES}
+    for name, value in sent.items():
+        if not (value.isascii() and value.isprintable()):
+            hint = f"重新设置它，或 unset {name}；Windows 上存 .env 时用 LF 换行"
+            raise config_error(f"{name} 里有放不进 HTTP 头的字符（非 ASCII、换行或 \\r）", hint)
+    raw_timeout = environ.get("OPENAI_TIMEOUT", "").strip() or str(DEFAULT_TIMEOUT_SECONDS)
+    timeout = float(raw_timeout) if re.fullmatch(r"\d*\.?\d+", raw_timeout) else 0.0
+    if not 0 < timeout <= MAX_TIMEOUT_SECONDS:
+        what = f"OPENAI_TIMEOUT 要是 0 到 {MAX_TIMEOUT_SECONDS:.0f} 之间的秒数：{clip(raw_timeout)}"
         raise config_error(what, "例如 export OPENAI_TIMEOUT=60")
     return {
         "api_key": api_key,
         "model": model,
         "base_url": base_url,
         "base_url_given": bool(given_url),
+        "organization": sent["OPENAI_ORG_ID"] or None,
+        "project": sent["OPENAI_PROJECT_ID"] or None,
+        "proxy": proxy_for(base_url),  # 代理变量和 httpx 一样从进程环境里读
         "timeout": timeout,
         "deadline": timeout * (MAX_RETRIES + 1) + 1,  # 每次尝试一个 timeout，再留一秒余量
     }
@@ -935,19 +1053,24 @@ HELP = """\
   OPENAI_MODEL     必填；支持 Tool Calling 的模型名
   OPENAI_BASE_URL  第三方或本地端点才要，写到 /v1 为止；不设就是 https://api.openai.com/v1
   OPENAI_TIMEOUT   每次读取的超时秒数，默认 60；整次请求（含 1 次重试）最多 2 倍再加 1 秒
+  其余 OPENAI_* 一律不用（OPENAI_ORG_ID、OPENAI_PROJECT_ID 只发给 OpenAI 官方端点）；
+  SDK 还会读 HTTP_PROXY、HTTPS_PROXY、ALL_PROXY、NO_PROXY 和 SSL_CERT_FILE、SSL_CERT_DIR
 
-退出码：0 打印了回答；1 Loop 被停下（或自检失败）；2 用法或配置错误；3 请求失败；
-        4 回答没能写到标准输出；130 按了 Ctrl-C
+退出码：0 打印了回答（Loop 正常结束，不保证答对）；1 Loop 被停下（或自检失败）；
+        2 用法或配置错误；3 请求失败；4 回答没能写到标准输出；130 按了 Ctrl-C
 
 例子：
   python3 lesson_03_tool_calling_loop.py --self-check
   OPENAI_API_KEY=local OPENAI_MODEL=qwen2.5:7b OPENAI_BASE_URL=http://127.0.0.1:11434/v1 \\
-      python3 lesson_03_tool_calling_loop.py 帮我算一下 6 乘以 7"""
+      python3 lesson_03_tool_calling_loop.py 帮我算一下 6 乘以 7
+  python3 lesson_03_tool_calling_loop.py '6 * 7 = ?'     # 含 ' * ? 的问题用引号括起来"""
 OPTIONS = ("--self-check", "--demo", "--show-messages", "--help", "-h")
 
 
 def parse_args(argv: list) -> tuple:
     """返回 (选项, 问题, 用法错误)。像 -x、--word 的才是选项，"-7 乘以 6" 仍是问题。"""
+    import difflib
+
     options, words = [], []
     for index, arg in enumerate(argv):
         if arg == "--":  # 之后的都是问题
@@ -957,7 +1080,8 @@ def parse_args(argv: list) -> tuple:
     question, unknown = " ".join(words).strip(), [o for o in options if o not in OPTIONS]
     problem = ""
     if unknown:
-        problem = f"不认识的选项：{clip(unknown, 80)}"
+        guess = difflib.get_close_matches(unknown[0].split("=")[0], OPTIONS, n=1)
+        problem = f"不认识的选项：{clip(unknown, 80)}" + (f"，是不是 {guess[0]}？" if guess else "")
     elif {"--self-check", "--demo"} & set(options) and (words or len(set(options)) > 1):
         problem = "--self-check 和 --demo 只跑本地代码，不带问题或其他选项"
     elif words and not question:
@@ -985,19 +1109,17 @@ def run_command(argv: list, environ: dict) -> int:
         print(
             "Agent> " + run_agent(client, config["model"], question or DEFAULT_QUESTION, messages)
         )
-        code = EXIT_OK
+        return EXIT_OK
     except AgentStop as stop:
         report(stop, config)
-        code, refused = stop.exit_code, stop.refused
-    except KeyboardInterrupt:
-        print("已中断（Ctrl-C）", file=sys.stderr)
-        code = 130
-    if "--show-messages" in options and messages:
-        print(json.dumps(without_provider_fields(messages), ensure_ascii=False, indent=2))
-    if "--show-messages" in options and refused:
-        shown = json.dumps(without_provider_fields(refused), ensure_ascii=False, indent=2)
-        print(f"被拒收、没有写进历史的回复（Harness 停下的原因就在这里）：\n{shown}")
-    return code
+        refused = stop.refused
+        return stop.exit_code
+    finally:  # 失败了、按了 Ctrl-C 也打印：看得到停在了哪里
+        if "--show-messages" in options and messages:
+            print(json.dumps(without_provider_fields(messages), ensure_ascii=False, indent=2))
+        if "--show-messages" in options and refused:
+            shown = json.dumps(without_provider_fields(refused), ensure_ascii=False, indent=2)
+            print(f"被拒收、没有写进历史的回复（Harness 停下的原因就在这里）：\n{shown}")
 
 
 def without_provider_fields(value: object) -> object:
@@ -1029,7 +1151,8 @@ def report(stop: AgentStop, config: dict, file: object = None) -> None:
 def main(argv: list, environ: dict) -> int:
     """命令行入口，返回退出码。输出都经过 SafeOutput；回答没写出去就不算成功。"""
     saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = out, err = SafeOutput(saved[0]), SafeOutput(saved[1])
+    out = SafeOutput(saved[0])
+    sys.stdout, sys.stderr = out, err = out, SafeOutput(saved[1], flush_first=out)
     try:
         code = run_command(argv, environ)
         out.flush()
@@ -1037,14 +1160,21 @@ def main(argv: list, environ: dict) -> int:
             what = "[Harness] 输出没能写完（标准输出已关闭，或磁盘已满），回答或结果没有送到"
             print(f"{what}\n建议：检查输出重定向：磁盘空间、提前退出的管道（如 | head）", file=err)
             code = EXIT_OUTPUT_FAILED
-        err.flush()
+    except KeyboardInterrupt:  # 无论正在做什么、写什么（包括 | less 里的历史），都只是一行
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # 写这一行时再按也一样
+        out.failed = True  # 没写完的输出不再写下去
+        print("已中断（Ctrl-C）", file=err)
+        signal.signal(signal.SIGINT, previous)
+        code = 130
     finally:
+        err.flush()
         sys.stdout, sys.stderr = saved
     return code
 
 
 if __name__ == "__main__":
     exit_code = main(sys.argv[1:], dict(os.environ))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # 收尾时再按 Ctrl-C 也不打出 traceback
     # 输出端已关（如 | head）时，解释器退出前还会再刷一次缓冲：改接到 /dev/null，
     # 免得打出 "Exception ignored ... BrokenPipeError"，退出码也变成 120
     for stream in (sys.stdout, sys.stderr):

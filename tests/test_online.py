@@ -858,7 +858,8 @@ def test_the_client_uses_the_scripts_timeout_and_retry_settings(monkeypatch):
     config = lesson.check_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"})
     client = lesson.make_client(config)
     assert client.client.max_retries == lesson.MAX_RETRIES == 1
-    assert client.client.timeout == lesson.DEFAULT_TIMEOUT_SECONDS == 60
+    assert client.client.timeout.read == lesson.DEFAULT_TIMEOUT_SECONDS == 60
+    assert client.client.timeout.connect == 5  # connecting fails fast whatever the read timeout
     assert client.seconds == 60 * 2 + 1  # the whole request, both attempts, one second spare
 
 
