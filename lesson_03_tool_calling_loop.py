@@ -862,21 +862,6 @@ def proxy_for(url: str) -> tuple:
     return (names or ["系统代理设置"])[0], proxies[key]  # 同名时小写的那个算数
 
 
-def explain_client_failure(error: Exception, config: dict) -> AgentStop:
-    """创建客户端就失败：多半是 SDK 顺带读到的证书或代理变量，不是地址写错。"""
-    detail = f"{type(error).__name__}: {clip(str(error), 160)}"
-    named = [n for n in ("SSLKEYLOGFILE", "SSL_CERT_DIR", "SSL_CERT_FILE") if os.environ.get(n)]
-    if isinstance(error, OSError) and named:  # ssl 这时读证书文件；ssl.SSLError 也是 OSError
-        name = next((n for n in named if os.environ[n] in str(error)), named[-1])
-        what = f"{name} 指向的文件不能用（{detail}）"
-        return config_error(what, f"改成有效的路径，或 unset {name}")
-    if not config["proxy"]:
-        return config_error(f"无法创建 OpenAI 客户端：{detail}", HINT_URL_FORM)
-    name, proxy = config["proxy"]
-    what = f"SDK 用不了代理 {name}={without_password(proxy)}（{detail}）"
-    return config_error(what, HINT_PROXY.format(name=name))
-
-
 # ---- 配置：在发出任何请求之前，把填错的环境变量说清楚（退出码 2） ----
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_SECONDS = 60.0  # SDK 默认等 10 分钟，学习时太久
@@ -900,21 +885,27 @@ def make_client(config: dict) -> object:
             raise config_error(what, "给它改个名字（别叫 openai），再运行") from None
         what = f"openai SDK 导入失败（{type(error).__name__}: {clip(str(error), 120)}）"
         raise config_error(what if where else "没有安装 openai SDK", HINT_INSTALL) from None
+    given = {key: config[key] for key in ("api_key", "base_url", "organization", "project")}
+    # 连接（含 TLS 握手）单独限时：协议或端口填错几秒就报错，不必等满 OPENAI_TIMEOUT
+    timeout = Timeout(config["timeout"], connect=min(config["timeout"], CONNECT_SECONDS))
     # SDK 只用这里明确给它的值：暂时拿走它会自己读的 OPENAI_* 和这个端点用不上的代理变量
     names = [n for n in os.environ if re.fullmatch(r"(?is)openai_.*|.*_proxy", n)]
     hidden = {n: os.environ.pop(n) for n in names if n not in config["proxy"][:1]}
     try:
-        client = OpenAI(
-            api_key=config["api_key"],
-            base_url=config["base_url"],
-            organization=config["organization"],
-            project=config["project"],
-            # 连接（含 TLS 握手）单独限时：协议或端口填错几秒就报错，不必等满 OPENAI_TIMEOUT
-            timeout=Timeout(config["timeout"], connect=min(config["timeout"], CONNECT_SECONDS)),
-            max_retries=MAX_RETRIES,
-        )
-    except Exception as error:  # 多半是 SDK 顺带读到的代理、证书变量，或 SDK 自己的地址检查
-        raise explain_client_failure(error, config) from None
+        client = OpenAI(**given, timeout=timeout, max_retries=MAX_RETRIES)
+    except Exception as error:  # 多半是 SDK 顺带读到的证书或代理变量，不是地址写错
+        detail = f"{type(error).__name__}: {clip(str(error), 160)}"
+        named = [n for n in ("SSLKEYLOGFILE", "SSL_CERT_DIR", "SSL_CERT_FILE") if os.getenv(n)]
+        if isinstance(error, OSError) and named:  # ssl 这时读证书文件；ssl.SSLError 也是 OSError
+            name = next((n for n in named if os.environ[n] in str(error)), named[-1])
+            what, hint = f"{name} 指向的文件不能用（{detail}）", f"改成有效的路径，或 unset {name}"
+        elif config["proxy"]:
+            name, proxy = config["proxy"]
+            what = f"SDK 用不了代理 {name}={without_password(proxy)}（{detail}）"
+            hint = HINT_PROXY.format(name=name)
+        else:
+            what, hint = f"无法创建 OpenAI 客户端：{detail}", HINT_URL_FORM
+        raise config_error(what, hint) from None
     finally:
         os.environ.update(hidden)
     return DeadlineClient(client, config["deadline"])
@@ -1020,7 +1011,6 @@ HELP = """\
         2 用法或配置错误；3 请求失败；4 回答没能写到标准输出；130 按了 Ctrl-C
 
 例子：
-  python3 lesson_03_tool_calling_loop.py --self-check
   OPENAI_API_KEY=local OPENAI_MODEL=qwen2.5:7b OPENAI_BASE_URL=http://127.0.0.1:11434/v1 \\
       python3 lesson_03_tool_calling_loop.py 帮我算一下 6 乘以 7
   python3 lesson_03_tool_calling_loop.py '6 * 7 = ?'     # 含 ' * ? 的问题用引号括起来"""
@@ -1031,12 +1021,9 @@ def parse_args(argv: list) -> tuple:
     """返回 (选项, 问题, 用法错误)。像 -x、--word 的才是选项，"-7 乘以 6" 仍是问题。"""
     import difflib
 
-    options, words = [], []
-    for index, arg in enumerate(argv):
-        if arg == "--":  # 之后的都是问题
-            words += argv[index + 1 :]
-            break
-        (options if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", arg) else words).append(arg)
+    end = argv.index("--") if "--" in argv else len(argv)  # -- 之后的都是问题
+    options = [arg for arg in argv[:end] if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", arg)]
+    words = [arg for arg in argv[:end] if arg not in options] + argv[end + 1 :]
     question, unknown = " ".join(words).strip(), [o for o in options if o not in OPTIONS]
     problem = ""
     if unknown:
@@ -1048,7 +1035,7 @@ def parse_args(argv: list) -> tuple:
         problem = "问题是空的"
     elif not is_text(question):  # 终端编码不对时，argv 里会混进无法按 UTF-8 发送的字符
         problem = "问题里有无法按 UTF-8 发送的字符，检查终端编码"
-    return options, question, problem
+    return options, question or DEFAULT_QUESTION, problem
 
 
 def run_command(argv: list, environ: dict) -> int:
@@ -1065,10 +1052,7 @@ def run_command(argv: list, environ: dict) -> int:
     SECRETS.clear()
     try:
         config = check_config(environ)
-        client = make_client(config)
-        print(
-            "Agent> " + run_agent(client, config["model"], question or DEFAULT_QUESTION, messages)
-        )
+        print("Agent> " + run_agent(make_client(config), config["model"], question, messages))
         return EXIT_OK
     except AgentStop as stop:
         report(stop, config)
@@ -1087,9 +1071,7 @@ def without_provider_fields(value: object) -> object:
     if isinstance(value, list):
         return [without_provider_fields(item) for item in value]
     if isinstance(value, str):  # content 开头的 <think> 块也是推理
-        return re.sub(
-            r"^(\s*<think>).*?(</think>|$)", r"\1（已省略）\2", value, count=1, flags=re.S
-        )
+        return re.sub(r"(?s)^(\s*<think>).*?(</think>|$)", r"\1（已省略）\2", value, count=1)
     if not isinstance(value, dict):
         return value
     owned = ECHOED_MESSAGE_FIELDS + ECHOED_CALL_FIELDS
@@ -1110,8 +1092,7 @@ def report(stop: AgentStop, config: dict, file: object = None) -> None:
 
 def main(argv: list, environ: dict) -> int:
     """命令行入口，返回退出码。输出都经过 SafeOutput；回答没写出去就不算成功。"""
-    saved = sys.stdout, sys.stderr
-    out = SafeOutput(saved[0])
+    saved, out = (sys.stdout, sys.stderr), SafeOutput(sys.stdout)
     sys.stdout, sys.stderr = out, err = out, SafeOutput(saved[1], flush_first=out)
     try:
         code = run_command(argv, environ)
@@ -1135,13 +1116,10 @@ def main(argv: list, environ: dict) -> int:
 if __name__ == "__main__":
     exit_code = main(sys.argv[1:], dict(os.environ))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # 收尾时再按 Ctrl-C 也不打出 traceback
-    # 输出端已关（如 | head）时，解释器退出前还会再刷一次缓冲：改接到 /dev/null，
-    # 免得打出 "Exception ignored ... BrokenPipeError"，退出码也变成 120
-    for stream in (sys.stdout, sys.stderr):
+    # 输出端已关（如 | head）时，退出前的冲刷会打出 BrokenPipeError、退出码变成 120：改接到空设备
+    for stream in filter(None, (sys.stdout, sys.stderr)):  # 2>&- 时 sys.stderr 是 None
         try:
             stream.flush()
         except (OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-        except AttributeError:  # 没有这个输出流，例如 2>&- 时 sys.stderr 是 None
-            pass
     sys.exit(exit_code)
