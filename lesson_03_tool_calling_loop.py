@@ -781,8 +781,7 @@ def explain_request_failure(error: Exception) -> AgentStop:
 
 def provider_text(body: object) -> str:
     """Provider 的原话：拆开 [...]、{"error": ...} 和 OpenRouter 的 metadata.raw；网页取标题。"""
-    if isinstance(body, list) and body:
-        body = body[0]  # Gemini 兼容端点把错误包在列表里
+    body = body[0] if isinstance(body, list) and body else body  # Gemini 兼容端点把错误包在列表里
     if isinstance(body, dict):
         inner = body.get("error", body)
         if not isinstance(inner, dict):
@@ -991,14 +990,11 @@ def base_url_problem(url: str) -> str:
 
 # ---- 命令行：解析参数、运行，把 AgentStop 变成两行说明和退出码 ----
 HELP = """\
-用法：python3 lesson_03_tool_calling_loop.py [--show-messages] [问题……]
-      python3 lesson_03_tool_calling_loop.py --self-check 或 --demo
-
+用法：python3 lesson_03_tool_calling_loop.py [--show-messages] [问题……] | --self-check | --demo
   --self-check     离线自检：只用标准库，不需要 API Key
   --demo           离线演示：用预设的响应跑真正的 run_agent，不需要 API Key
   --show-messages  结束后（失败时也一样）把消息历史打印成 JSON
   问题             默认“帮我算一下 248 乘以 15”；几个词会连成一句；-- 之后的都算问题
-
 在线运行读取的环境变量：
   OPENAI_API_KEY   必填；本地服务（Ollama、llama.cpp）不校验，填 local 即可
   OPENAI_MODEL     必填；支持 Tool Calling 的模型名
@@ -1006,10 +1002,8 @@ HELP = """\
   OPENAI_TIMEOUT   每次读取的超时秒数，默认 60；整次请求（含 1 次重试）最多 2 倍再加 1 秒
   其余 OPENAI_* 一律不用（OPENAI_ORG_ID、OPENAI_PROJECT_ID 只发给 OpenAI 官方端点）；
   SDK 还会读 HTTP_PROXY、HTTPS_PROXY、ALL_PROXY、NO_PROXY 和 SSL_CERT_FILE、SSL_CERT_DIR
-
 退出码：0 打印了回答（Loop 正常结束，不保证答对）；1 Loop 被停下（或自检失败）；
         2 用法或配置错误；3 请求失败；4 回答没能写到标准输出；130 按了 Ctrl-C
-
 例子：
   OPENAI_API_KEY=local OPENAI_MODEL=qwen2.5:7b OPENAI_BASE_URL=http://127.0.0.1:11434/v1 \\
       python3 lesson_03_tool_calling_loop.py 帮我算一下 6 乘以 7
@@ -1103,10 +1097,9 @@ def main(argv: list, environ: dict) -> int:
             code = EXIT_OUTPUT_FAILED
     except KeyboardInterrupt:  # 无论正在做什么、写什么（包括 | less 里的历史），都只是一行
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # 写这一行时再按也一样
-        out.failed = True  # 没写完的输出不再写下去
+        out.failed, code = True, 130  # 没写完的输出不再写下去
         print("已中断（Ctrl-C）", file=err)
         signal.signal(signal.SIGINT, previous)
-        code = 130
     finally:
         err.flush()
         sys.stdout, sys.stderr = saved
