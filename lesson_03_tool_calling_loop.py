@@ -539,9 +539,7 @@ def demo() -> int:
 # ---- 文字与终端：模型和 Provider 送来的字符串，打印或回传之前先过这几道关 ----
 SECRETS: list = []  # check_config() 登记 API Key；任何输出都先遮住它
 # 能操纵终端的字符：C0（换行、制表符除外）、DEL、C1（如 U+009B CSI）、双向文字控制符
-TERMINAL_UNSAFE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-)
+TERMINAL_UNSAFE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 # 聊天模板的标记：<|channel|>（gpt-oss 的 Harmony）、<｜tool▁calls▁begin｜>（DeepSeek）、<tool_call>
 TEMPLATE_MARKUP = (
     r"<\|[^<>|]{1,40}\|>|<｜[^<>｜]{1,40}｜>|</?tool_call>|\[/?tool_calls\]|<function=|</function>"
@@ -556,11 +554,10 @@ def json_type_name(value: object) -> str:
 
 
 def made_safe(text: str) -> str:
-    """遮住已登记的 API Key，把能操纵终端的字符写成 \\u001b 这样的转义（看得见，却不起作用）。
-    所有输出都经过这里：clip() 在截断之前，SafeOutput 在写出之前。"""
+    """遮住已登记的 API Key，把能操纵终端的字符写成 \\u001b 这样的转义（看得见，却不起作用）。"""
     for secret in SECRETS:
         text = text.replace(secret, "***")
-    return TERMINAL_UNSAFE.sub(lambda match: f"\\u{ord(match[0]):04x}", text)
+    return re.sub(TERMINAL_UNSAFE, lambda match: f"\\u{ord(match[0]):04x}", text)
 
 
 def clip(value: object, limit: int = 200) -> str:
@@ -586,44 +583,38 @@ def is_text(value: object) -> bool:
     return isinstance(value, str) and value.encode("utf-8", "replace").decode() == value
 
 
+# 回答本身是没被解析的调用时的样子。只看开头和结尾：正文里提到 <tool_call>、举个 JSON 例子都还是回答
+CALL_TEXT_PATTERNS = (
+    rf"^(?:{TEMPLATE_MARKUP})|(?:{TEMPLATE_MARKUP})$",  # 以模板标记开头或结尾
+    r"(?m)^(?:```|~~~)\s*\w*(?:tool|function)\w*\s*$",  # 标着 tool 或 function 的代码块
+    r"(?m)^\s*Action\s*Input\s*:",  # ReAct 的文字格式：Action / Action Input
+    r"^\[?[A-Za-z_]\w*\([^()]*\)\]?\Z",  # multiply(248, 15)、[multiply(a=2, b=3)]
+)
+
+
 def looks_like_tool_call_text(text: str) -> bool:
-    """回答本身是没被解析的调用：以模板标记开头或结尾；有标着 tool/function 的代码块（如 Gemma 的
-    ```tool_code）；整段或最后一段是写着函数名和参数的 JSON，或 f(a=1) 写法。
-
-    只看开头和结尾：正文里提到 <tool_call>、列出工具定义、举一个 JSON 例子，都还是回答。
-    """
+    """符合上表，或整段、最后几段之一以 { 或 [ 开头（可带围栏），顶层键里有函数名和参数。"""
     text = text.strip()
-    if re.match(TEMPLATE_MARKUP, text, re.I) or re.search(f"(?:{TEMPLATE_MARKUP})$", text, re.I):
+    if any(re.search(pattern, text, re.I) for pattern in CALL_TEXT_PATTERNS):
         return True
-    if re.search(r"(?m)^(?:```|~~~)\s*\w*(?:tool|function)\w*\s*$", text, re.I):
-        return True
-    if re.search(r"(?mi)^\s*Action\s*Input\s*:", text):  # ReAct 的文字格式：Action / Action Input
-        return True
-    if re.fullmatch(
-        r"\[?[A-Za-z_]\w*\([^()]*\)\]?", text
-    ):  # multiply(248, 15)、[multiply(a=2, b=3)]
-        return True
-    starts = [0, *[m.start() for m in re.finditer(r"(?m)^(?:```|~~~|\{|\[)", text)][-3:]]
-    return any(is_call_object(text[start:]) for start in starts)
-
-
-def is_call_object(block: str) -> bool:
-    """以 { 或 [ 开头（可带围栏），顶层键里有函数名和参数（name/arguments 等），且不是工具定义。"""
-    block = re.sub(r"^(?:```|~~~)[\w-]*|(?:```|~~~)$", "", block.strip()).strip()
-    try:
-        value = json.loads(block)
-    except (ValueError, RecursionError):  # 写坏的 JSON：只看开头第一个键和前几百个字符
-        head = block[:600]
-        first = re.match(r"""[\[\s]*\{+\s*["']?(\w+)["']?\s*:""", head)
-        keys = set(re.findall(r"""["'](\w+)["']\s*:""", head)) if first else set()
-    else:
-        value = value.get("tool_calls", value) if isinstance(value, dict) else value
-        value = value[0] if isinstance(value, list) and value else value
-        inner = value.get("function") if isinstance(value, dict) else None
-        value = inner if isinstance(inner, dict) else value  # {"function": "multiply", ...} 也算
-        keys = set(value) if isinstance(value, dict) else set()
-    named = keys & {"name", "tool_name", "function"}
-    return bool(named and keys & {"arguments", "parameters", "args"} and not keys & DEFINITION_KEYS)
+    for start in [0, *[m.start() for m in re.finditer(r"(?m)^(?:```|~~~|\{|\[)", text)][-3:]]:
+        block = re.sub(r"^(?:```|~~~)[\w-]*|(?:```|~~~)$", "", text[start:]).strip()
+        try:
+            value = json.loads(block)
+        except (ValueError, RecursionError):  # 写坏的 JSON：只看开头第一个键和前几百个字符
+            head = block[:600]
+            first = re.match(r"""[\[\s]*\{+\s*["']?(\w+)["']?\s*:""", head)
+            keys = set(re.findall(r"""["'](\w+)["']\s*:""", head)) if first else set()
+        else:
+            value = value.get("tool_calls", value) if isinstance(value, dict) else value
+            value = value[0] if isinstance(value, list) and value else value
+            inner = value.get("function") if isinstance(value, dict) else None
+            value = inner if isinstance(inner, dict) else value  # "function": "multiply" 也算
+            keys = set(value) if isinstance(value, dict) else set()
+        named = keys & {"name", "tool_name", "function"}
+        if named and keys & {"arguments", "parameters", "args"} and not keys & DEFINITION_KEYS:
+            return True
+    return False
 
 
 class SafeOutput:
@@ -632,13 +623,11 @@ class SafeOutput:
 
     def __init__(self, stream: object, flush_first: object = None):
         self.stream, self.failed, self.flush_first = stream, stream is None, flush_first
-        self.encoding = getattr(stream, "encoding", None) or "utf-8"
-        self.status_width = 0
+        self.encoding, self.status_width = getattr(stream, "encoding", None) or "utf-8", 0
 
     def write(self, text: str) -> int:
         self.status("")  # 临时状态行先擦掉，再写真正的输出
-        if self.flush_first is not None:
-            self.flush_first.flush()
+        getattr(self.flush_first, "flush", bool)()
         text = made_safe(text.replace("\r\n", "\n"))  # Windows 换行照常显示，单独的 \r 才转义
         self._try("write", text.encode(self.encoding, "backslashreplace").decode(self.encoding))
         return len(text)
@@ -683,9 +672,8 @@ HINT_LENGTH = (
     "num_predict），或换上下文更大的模型、缩短问题"
 )
 HINT_PROXY = (  # Clash、V2Ray 常给 socks5:// 代理，httpx 要多装 socksio 才能用
-    "检查 {name}：代理在不在运行、端口和认证对不对（socks5:// 代理还要 python -m pip "
-    "install socksio）；本机或内网的端点加进 NO_PROXY（如 NO_PROXY=127.0.0.1,localhost），"
-    "或运行前 unset {name}"
+    "检查 {name}：代理在不在运行、端口和认证对不对（socks5:// 还要 python -m pip install socksio）"
+    "；本机或内网的端点加进 NO_PROXY（如 NO_PROXY=127.0.0.1,localhost），或运行前 unset {name}"
 )
 # finish_reason -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
 FINISH_REASONS = {
@@ -740,8 +728,13 @@ def explain_finish_reason(finish_reason: object, with_tool_calls: bool) -> Agent
 def check_response_shape(response: object) -> None:
     """形状检查（不是课文的规则）：有 choices[0]，字段能原样回传，每个调用都是可读的 function。"""
     choices = getattr(response, "choices", None)
-    if not isinstance(choices, list) or not choices:
-        raise explain_choiceless(response)
+    if not isinstance(choices, list) or not choices:  # HTTP 200 却没有 choices：转述 Provider 的话
+        said = response[0] if isinstance(response, list) and response else response  # [{"error":…}]
+        said = said if isinstance(said, (str, dict)) else getattr(said, "error", None)
+        page = isinstance(said, str)
+        what = "返回的不是 JSON（可能是一张网页）" if page else "Provider 用 HTTP 200 返回了错误"
+        what = f"{what}：{provider_text(said)}" if said else "响应里没有 choices"
+        raise AgentStop(PROVIDER, what, HINT_BASE_URL)
     if getattr(choices[0], "error", None):  # OpenRouter：HTTP 200，错误写在 choice 里
         said = provider_text(choices[0].error)
         raise AgentStop(PROVIDER, f"Provider 在 choices[0].error 里报错：{said}", HINT_BASE_URL)
@@ -752,27 +745,13 @@ def check_response_shape(response: object) -> None:
         raise AgentStop(PROVIDER, "choice 里没有可读的 message", HINT_ENDPOINT)
     if not isinstance(calls, list) or not all(t is None or is_text(t) for t in texts):
         raise AgentStop(PROVIDER, "message 的字段不是能原样回传的文本或列表", HINT_ENDPOINT)
-    for index, call in enumerate(calls, start=1):
+    for index, call in enumerate(calls, start=1):  # 缺 id 留给 run_agent 去拦；id 若有就要是文本
         function, call_id = getattr(call, "function", None), getattr(call, "id", None)
         fields = (getattr(function, "name", None), getattr(function, "arguments", None))
-        # 缺 id 留给 run_agent 的配对规则去拦；这里只要求 id 若有就是文本
-        readable = all(is_text(f) for f in fields) and (call_id is None or is_text(call_id))
+        readable = all(map(is_text, fields)) and (call_id is None or is_text(call_id))
         if getattr(call, "type", None) != "function" or not readable:
             what = f"第 {index} 个 Tool Call 不是可读的 function 调用"
             raise AgentStop(PROVIDER, what, HINT_ENDPOINT)
-
-
-def explain_choiceless(response: object) -> AgentStop:
-    """HTTP 200 却没有 choices：转述 Provider 自己说了什么（错误信封、网页或别的文字）。"""
-    said = response[0] if isinstance(response, list) and response else response  # [{"error": …}]
-    said = said if isinstance(said, (str, dict)) else getattr(said, "error", None)
-    what = (
-        "返回的不是 JSON（可能是一张网页）"
-        if isinstance(said, str)
-        else "Provider 用 HTTP 200 返回了错误"
-    )
-    what = f"{what}：{provider_text(said)}" if said else "响应里没有 choices"
-    return AgentStop(PROVIDER, what, HINT_BASE_URL)
 
 
 def explain_request_failure(error: Exception) -> AgentStop:
@@ -801,10 +780,8 @@ def explain_request_failure(error: Exception) -> AgentStop:
 
 
 def provider_text(body: object) -> str:
-    """Provider 的原话：拆开 [...]、{"error": ...} 和 OpenRouter 放上游原话的 metadata.raw；
-    网页取标题。先过 clip()（遮 key）再截断，网页再大也只看开头。"""
-    if isinstance(body, list) and body:
-        body = body[0]  # Gemini 兼容端点把错误包在列表里
+    """Provider 的原话：拆开 [...]、{"error": ...} 和 OpenRouter 的 metadata.raw；网页取标题。"""
+    body = body[0] if isinstance(body, list) and body else body  # Gemini 兼容端点把错误包在列表里
     if isinstance(body, dict):
         inner = body.get("error", body)
         if not isinstance(inner, dict):
@@ -818,11 +795,9 @@ def provider_text(body: object) -> str:
         return clip(f"{said}：{provider_text(raw)}") if raw else said
     if not isinstance(body, str):
         return clip(body)
-    head = clip(body, 4000)  # 只看开头：网页再大，找标题的工作量也有上限
-    start = head.lower().find("<title>")
-    if start >= 0:
-        end = head.lower().find("</title>", start)
-        head = head[start + len("<title>") : end if end >= 0 else None]
+    head = clip(body, 4000)  # 先遮 key 再截断；只看开头：网页再大，找标题的工作量也有上限
+    title = re.search(r"(?is)<title>(.*?)(?:</title>|$)", head)
+    head = title[1] if title else head
     text = " ".join(re.sub(r"<[^<>]*(>|$)", " ", head).replace("<", " ").split())
     if text or not body.strip():
         return clip(text) or "（空响应体）"
@@ -834,9 +809,8 @@ class WholeRequestTimeout(TimeoutError):
 
 
 class DeadlineClient:
-    """OPENAI_TIMEOUT 只限制每次读 socket，每秒滴一个字节的服务器能把请求拖上几分钟。
-    所以请求在后台线程里跑，主线程只等到总期限；过期就放弃它，进程退出时线程随之结束。
-    等待时 stderr 若是终端，就显示已等了几秒，返回前擦掉。"""
+    """OPENAI_TIMEOUT 只限制每次读 socket，每秒滴一个字节的服务器能把请求拖上几分钟。所以请求在
+    后台线程里跑，主线程只等到总期限，过期就放弃它；stderr 若是终端，就显示已等了几秒。"""
 
     def __init__(self, client: object, seconds: float):
         self.client, self.seconds = client, seconds
@@ -887,44 +861,6 @@ def proxy_for(url: str) -> tuple:
     return (names or ["系统代理设置"])[0], proxies[key]  # 同名时小写的那个算数
 
 
-def hide_from_sdk(config: dict) -> dict:
-    """暂时从 os.environ 拿走 SDK 会自己读、这次却不该用的变量（返回它们以便放回）：
-    全部 OPENAI_*（值都由 make_client 明确给出），和这个端点用不上的代理变量。"""
-    names = [
-        n for n in os.environ if n.upper().startswith("OPENAI_") or n.lower().endswith("_proxy")
-    ]
-    return {name: os.environ.pop(name) for name in names if name not in config["proxy"][:1]}
-
-
-def explain_import_failure(error: Exception) -> AgentStop:
-    """没装 SDK、SDK 装坏了，还是脚本旁边同名的 openai.py 或 openai/ 挡住了它。"""
-    from importlib.util import find_spec
-
-    spec = find_spec("openai") if sys.modules.get("openai", True) is not None else None
-    where = spec and (spec.origin or next(iter(spec.submodule_search_locations or []), None))
-    if where and not re.search(r"[/\\](site|dist)-packages[/\\]", where):
-        what = f"导入的 openai 不是 SDK，而是 {clip(where, 160)}"
-        return AgentStop(HARNESS, what, "给它改个名字（别叫 openai），再运行", EXIT_USAGE)
-    what = f"openai SDK 导入失败（{type(error).__name__}: {clip(str(error), 120)}）"
-    return AgentStop(HARNESS, what if where else "没有安装 openai SDK", HINT_INSTALL, EXIT_USAGE)
-
-
-def explain_client_failure(error: Exception, config: dict) -> AgentStop:
-    """创建客户端就失败：多半是 SDK 顺带读到的证书或代理变量，不是地址写错。"""
-    detail = f"{type(error).__name__}: {clip(str(error), 160)}"
-    named = [n for n in ("SSLKEYLOGFILE", "SSL_CERT_DIR", "SSL_CERT_FILE") if os.environ.get(n)]
-    if isinstance(error, OSError) and named:  # ssl 这时读证书文件；ssl.SSLError 也是 OSError
-        name = next((n for n in named if os.environ[n] in str(error)), named[-1])
-        return config_error(
-            f"{name} 指向的文件不能用（{detail}）", f"改成有效的路径，或 unset {name}"
-        )
-    if not config["proxy"]:
-        return config_error(f"无法创建 OpenAI 客户端：{detail}", HINT_URL_FORM)
-    name, proxy = config["proxy"]
-    what = f"SDK 用不了代理 {name}={without_password(proxy)}（{detail}）"
-    return config_error(what, HINT_PROXY.format(name=name))
-
-
 # ---- 配置：在发出任何请求之前，把填错的环境变量说清楚（退出码 2） ----
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_SECONDS = 60.0  # SDK 默认等 10 分钟，学习时太久
@@ -938,21 +874,37 @@ def make_client(config: dict) -> object:
     """创建 OpenAI SDK 客户端（只有这里导入 openai），给整次请求加上总期限。"""
     try:
         from openai import OpenAI, Timeout
-    except Exception as error:  # 没装、装坏了，或被脚本旁边同名的 openai.py 挡住
-        raise explain_import_failure(error) from None
-    hidden = hide_from_sdk(config)  # SDK 只用这里明确给它的值
+    except Exception as error:  # 没装、装坏了，还是脚本旁边同名的 openai.py 或 openai/ 挡住了它
+        from importlib.util import find_spec
+
+        spec = find_spec("openai") if sys.modules.get("openai", True) is not None else None
+        where = spec and (spec.origin or next(iter(spec.submodule_search_locations or []), None))
+        if where and not re.search(r"[/\\](site|dist)-packages[/\\]", where):
+            what = f"导入的 openai 不是 SDK，而是 {clip(where, 160)}"
+            raise config_error(what, "给它改个名字（别叫 openai），再运行") from None
+        what = f"openai SDK 导入失败（{type(error).__name__}: {clip(str(error), 120)}）"
+        raise config_error(what if where else "没有安装 openai SDK", HINT_INSTALL) from None
+    given = {key: config[key] for key in ("api_key", "base_url", "organization", "project")}
+    # 连接（含 TLS 握手）单独限时：协议或端口填错几秒就报错，不必等满 OPENAI_TIMEOUT
+    timeout = Timeout(config["timeout"], connect=min(config["timeout"], CONNECT_SECONDS))
+    # SDK 只用这里明确给它的值：暂时拿走它会自己读的 OPENAI_* 和这个端点用不上的代理变量
+    names = [n for n in os.environ if re.fullmatch(r"(?is)openai_.*|.*_proxy", n)]
+    hidden = {n: os.environ.pop(n) for n in names if n not in config["proxy"][:1]}
     try:
-        client = OpenAI(
-            api_key=config["api_key"],
-            base_url=config["base_url"],
-            organization=config["organization"],
-            project=config["project"],
-            # 连接（含 TLS 握手）单独限时：协议或端口填错几秒就报错，不必等满 OPENAI_TIMEOUT
-            timeout=Timeout(config["timeout"], connect=min(config["timeout"], CONNECT_SECONDS)),
-            max_retries=MAX_RETRIES,
-        )
-    except Exception as error:  # 多半是 SDK 顺带读到的代理、证书变量，或 SDK 自己的地址检查
-        raise explain_client_failure(error, config) from None
+        client = OpenAI(**given, timeout=timeout, max_retries=MAX_RETRIES)
+    except Exception as error:  # 多半是 SDK 顺带读到的证书或代理变量，不是地址写错
+        detail = f"{type(error).__name__}: {clip(str(error), 160)}"
+        named = [n for n in ("SSLKEYLOGFILE", "SSL_CERT_DIR", "SSL_CERT_FILE") if os.getenv(n)]
+        if isinstance(error, OSError) and named:  # ssl 这时读证书文件；ssl.SSLError 也是 OSError
+            name = next((n for n in named if os.environ[n] in str(error)), named[-1])
+            what, hint = f"{name} 指向的文件不能用（{detail}）", f"改成有效的路径，或 unset {name}"
+        elif config["proxy"]:
+            name, proxy = config["proxy"]
+            what = f"SDK 用不了代理 {name}={without_password(proxy)}（{detail}）"
+            hint = HINT_PROXY.format(name=name)
+        else:
+            what, hint = f"无法创建 OpenAI 客户端：{detail}", HINT_URL_FORM
+        raise config_error(what, hint) from None
     finally:
         os.environ.update(hidden)
     return DeadlineClient(client, config["deadline"])
@@ -984,11 +936,9 @@ def check_config(environ: dict) -> dict:
         raise config_error("OPENAI_API_KEY 只能是不含空白的 ASCII 字符", "重新复制一次 key")
     given_url = environ.get("OPENAI_BASE_URL", "").strip()
     base_url = given_url or DEFAULT_BASE_URL  # 显式给出：否则 SDK 会读一个 export 了却为空的变量
-    problem = base_url_problem(base_url)
-    if problem:
-        raise config_error(
-            f"OPENAI_BASE_URL 不可用（{without_password(base_url)}）：{problem}", HINT_URL_FORM
-        )
+    if problem := base_url_problem(base_url):
+        shown = without_password(base_url)
+        raise config_error(f"OPENAI_BASE_URL 不可用（{shown}）：{problem}", HINT_URL_FORM)
     # 组织、项目是 OpenAI 自己的概念：只发给它，留下的旧值不跟着请求去第三方端点
     official = (urlsplit(base_url).hostname or "").endswith("api.openai.com")
     sent = {name: environ.get(name, "") if official else "" for name in ORG_VARIABLES}
@@ -1040,14 +990,11 @@ def base_url_problem(url: str) -> str:
 
 # ---- 命令行：解析参数、运行，把 AgentStop 变成两行说明和退出码 ----
 HELP = """\
-用法：python3 lesson_03_tool_calling_loop.py [--show-messages] [问题……]
-      python3 lesson_03_tool_calling_loop.py --self-check 或 --demo
-
+用法：python3 lesson_03_tool_calling_loop.py [--show-messages] [问题……] | --self-check | --demo
   --self-check     离线自检：只用标准库，不需要 API Key
   --demo           离线演示：用预设的响应跑真正的 run_agent，不需要 API Key
   --show-messages  结束后（失败时也一样）把消息历史打印成 JSON
   问题             默认“帮我算一下 248 乘以 15”；几个词会连成一句；-- 之后的都算问题
-
 在线运行读取的环境变量：
   OPENAI_API_KEY   必填；本地服务（Ollama、llama.cpp）不校验，填 local 即可
   OPENAI_MODEL     必填；支持 Tool Calling 的模型名
@@ -1055,12 +1002,9 @@ HELP = """\
   OPENAI_TIMEOUT   每次读取的超时秒数，默认 60；整次请求（含 1 次重试）最多 2 倍再加 1 秒
   其余 OPENAI_* 一律不用（OPENAI_ORG_ID、OPENAI_PROJECT_ID 只发给 OpenAI 官方端点）；
   SDK 还会读 HTTP_PROXY、HTTPS_PROXY、ALL_PROXY、NO_PROXY 和 SSL_CERT_FILE、SSL_CERT_DIR
-
 退出码：0 打印了回答（Loop 正常结束，不保证答对）；1 Loop 被停下（或自检失败）；
         2 用法或配置错误；3 请求失败；4 回答没能写到标准输出；130 按了 Ctrl-C
-
 例子：
-  python3 lesson_03_tool_calling_loop.py --self-check
   OPENAI_API_KEY=local OPENAI_MODEL=qwen2.5:7b OPENAI_BASE_URL=http://127.0.0.1:11434/v1 \\
       python3 lesson_03_tool_calling_loop.py 帮我算一下 6 乘以 7
   python3 lesson_03_tool_calling_loop.py '6 * 7 = ?'     # 含 ' * ? 的问题用引号括起来"""
@@ -1071,12 +1015,9 @@ def parse_args(argv: list) -> tuple:
     """返回 (选项, 问题, 用法错误)。像 -x、--word 的才是选项，"-7 乘以 6" 仍是问题。"""
     import difflib
 
-    options, words = [], []
-    for index, arg in enumerate(argv):
-        if arg == "--":  # 之后的都是问题
-            words += argv[index + 1 :]
-            break
-        (options if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", arg) else words).append(arg)
+    end = argv.index("--") if "--" in argv else len(argv)  # -- 之后的都是问题
+    options = [arg for arg in argv[:end] if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", arg)]
+    words = [arg for arg in argv[:end] if arg not in options] + argv[end + 1 :]
     question, unknown = " ".join(words).strip(), [o for o in options if o not in OPTIONS]
     problem = ""
     if unknown:
@@ -1088,7 +1029,7 @@ def parse_args(argv: list) -> tuple:
         problem = "问题是空的"
     elif not is_text(question):  # 终端编码不对时，argv 里会混进无法按 UTF-8 发送的字符
         problem = "问题里有无法按 UTF-8 发送的字符，检查终端编码"
-    return options, question, problem
+    return options, question or DEFAULT_QUESTION, problem
 
 
 def run_command(argv: list, environ: dict) -> int:
@@ -1105,10 +1046,7 @@ def run_command(argv: list, environ: dict) -> int:
     SECRETS.clear()
     try:
         config = check_config(environ)
-        client = make_client(config)
-        print(
-            "Agent> " + run_agent(client, config["model"], question or DEFAULT_QUESTION, messages)
-        )
+        print("Agent> " + run_agent(make_client(config), config["model"], question, messages))
         return EXIT_OK
     except AgentStop as stop:
         report(stop, config)
@@ -1127,9 +1065,7 @@ def without_provider_fields(value: object) -> object:
     if isinstance(value, list):
         return [without_provider_fields(item) for item in value]
     if isinstance(value, str):  # content 开头的 <think> 块也是推理
-        return re.sub(
-            r"^(\s*<think>).*?(</think>|$)", r"\1（已省略）\2", value, count=1, flags=re.S
-        )
+        return re.sub(r"(?s)^(\s*<think>).*?(</think>|$)", r"\1（已省略）\2", value, count=1)
     if not isinstance(value, dict):
         return value
     owned = ECHOED_MESSAGE_FIELDS + ECHOED_CALL_FIELDS
@@ -1150,8 +1086,7 @@ def report(stop: AgentStop, config: dict, file: object = None) -> None:
 
 def main(argv: list, environ: dict) -> int:
     """命令行入口，返回退出码。输出都经过 SafeOutput；回答没写出去就不算成功。"""
-    saved = sys.stdout, sys.stderr
-    out = SafeOutput(saved[0])
+    saved, out = (sys.stdout, sys.stderr), SafeOutput(sys.stdout)
     sys.stdout, sys.stderr = out, err = out, SafeOutput(saved[1], flush_first=out)
     try:
         code = run_command(argv, environ)
@@ -1162,10 +1097,9 @@ def main(argv: list, environ: dict) -> int:
             code = EXIT_OUTPUT_FAILED
     except KeyboardInterrupt:  # 无论正在做什么、写什么（包括 | less 里的历史），都只是一行
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # 写这一行时再按也一样
-        out.failed = True  # 没写完的输出不再写下去
+        out.failed, code = True, 130  # 没写完的输出不再写下去
         print("已中断（Ctrl-C）", file=err)
         signal.signal(signal.SIGINT, previous)
-        code = 130
     finally:
         err.flush()
         sys.stdout, sys.stderr = saved
@@ -1175,13 +1109,10 @@ def main(argv: list, environ: dict) -> int:
 if __name__ == "__main__":
     exit_code = main(sys.argv[1:], dict(os.environ))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # 收尾时再按 Ctrl-C 也不打出 traceback
-    # 输出端已关（如 | head）时，解释器退出前还会再刷一次缓冲：改接到 /dev/null，
-    # 免得打出 "Exception ignored ... BrokenPipeError"，退出码也变成 120
-    for stream in (sys.stdout, sys.stderr):
+    # 输出端已关（如 | head）时，退出前的冲刷会打出 BrokenPipeError、退出码变成 120：改接到空设备
+    for stream in filter(None, (sys.stdout, sys.stderr)):  # 2>&- 时 sys.stderr 是 None
         try:
             stream.flush()
         except (OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-        except AttributeError:  # 没有这个输出流，例如 2>&- 时 sys.stderr 是 None
-            pass
     sys.exit(exit_code)
