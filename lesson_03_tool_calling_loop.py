@@ -283,7 +283,7 @@ def pairing_problems(messages: list) -> list:
 # 先跑 --self-check（自检）：它用假的响应只验证本地代码（Router、参数校验、id 配对、控制流），
 # 不碰 SDK、网络、Provider 和真实模型，所以证明不了 key 对、端点对、模型真会调用工具。
 # 在线运行只用三个环境变量：OPENAI_API_KEY、OPENAI_MODEL，第三方端点才要的 OPENAI_BASE_URL
-# （不读本地登录文件，别的 OPENAI_* 也不交给 SDK），请求要走过整条调用链：
+# （不读本地登录文件；SDK 只拿到这里明确交给它的值），请求要走过整条调用链：
 #   Harness → SDK/网络 → Provider → Model
 #                                   ↓
 #   Tool  ←  Router  ←  Assistant(tool_calls)
