@@ -664,8 +664,9 @@ HINT_REFUSAL = "换一种问法，或查看 Provider 的内容策略"
 HINT_EMPTY_ANSWER = "再问一次；仍为空就换更大的模型，或确认端点支持 Tool Calling"
 HINT_CALL_AS_TEXT = (
     "Harness 不从文字里解析调用，要让服务端把它解析成 tool_calls：vLLM、SGLang 开 tool-call parser"
-    "（gpt-oss 的 Harmony 格式要新版服务端和它的 parser）；llama.cpp 加 --jinja 并用支持 tools 的"
-    "聊天模板（README 里有验证过的本机组合）；Ollama 选带 tools 标签的模型"
+    "（gpt-oss 的 Harmony 格式要新版服务端和它的 parser）；llama.cpp 光加 --jinja 不够，还要"
+    "教对格式的聊天模板：Qwen2.5-Coder 用 templates/qwen2.5-coder-tools.jinja（见 README）；"
+    "Ollama 选带 tools 标签的模型"
 )
 HINT_LENGTH = (
     "输出上限或上下文窗口：调大 max_tokens（llama-server 的 -n/--n-predict，Ollama 的 "

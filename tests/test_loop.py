@@ -377,7 +377,8 @@ def test_a_tool_call_written_as_text_stops_the_loop_and_runs_nothing(text):
     # the report quotes what the model wrote (its start, whitespace folded to one line)
     written = text.split("</think>")[-1]  # a think block before the call is not quoted
     assert " ".join(written.split())[:40] in " ".join(outcome.reason.split())
-    for server_hint in ("--jinja", "parser", "Harmony", "Ollama", "tools"):
+    hints = ("--jinja", "parser", "Harmony", "Ollama", "templates/qwen2.5-coder-tools.jinja")
+    for server_hint in hints:
         assert server_hint in outcome.hint
     assert len(client.requests) == 1 and len(messages) == 1
 

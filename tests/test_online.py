@@ -903,17 +903,30 @@ def test_a_provider_stop_names_the_endpoint_and_model(run, provider):
     assert first.endswith(f"；端点 {provider.base_url}，模型 test-model")
 
 
-def test_a_real_native_tool_call_runs_the_whole_turn(run, provider):
-    names = ("03-native-tool-call-1.5b-step1", "04-native-tool-call-1.5b-step2")
+NATIVE_TURNS = {
+    "shared-template": (
+        ("03-native-tool-call-1.5b-step1", "04-native-tool-call-1.5b-step2"),
+        ("xygMdONiWQQH0hPp5weylmWXzBEOLrix", 1517, "37 乘以 41 是 1517。"),
+    ),
+    # README's verified setup: this repository's templates/qwen2.5-coder-tools.jinja
+    "repo-template": (
+        ("10-repo-template-native-call-step1", "11-repo-template-final-answer-step2"),
+        ("y7PBWlVu7egDlGw4bsnS9IBGXgLR7pWi", 3720, "3720 is the result of multiplying 248 by 15."),
+    ),
+}
+
+
+@pytest.mark.parametrize("turn", NATIVE_TURNS)
+def test_a_real_native_tool_call_runs_the_whole_turn(run, provider, turn):
+    names, (call_id, product, answer) = NATIVE_TURNS[turn]
     result, requests = replay(run, provider, *names)
     assert [r.body for r in provider.requests] == requests  # both requests, byte-equal JSON
-    call_id = "xygMdONiWQQH0hPp5weylmWXzBEOLrix"
     assert (result.code, result.err) == (0, "")
     assert result.out.splitlines() == [
         "step 1: finish_reason=tool_calls",
-        f'step 1: multiply call_id={call_id} result={{"status":"completed","result":1517}}',
+        f'step 1: multiply call_id={call_id} result={{"status":"completed","result":{product}}}',
         "step 2: finish_reason=stop",
-        "Agent> 37 乘以 41 是 1517。",
+        f"Agent> {answer}",
     ]
 
 

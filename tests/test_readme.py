@@ -84,3 +84,33 @@ def test_the_self_check_runs_as_many_checks_as_the_readme_says(capsys):
     printed = capsys.readouterr().out.splitlines()
     numbers = [re.match(r"\[(\d+)/(\d+)\] ok  \S", line).groups() for line in printed[:-1]]
     assert numbers == [(str(n), count) for n in range(1, int(count) + 1)], printed
+
+
+def llama_cpp_command():
+    section = README.split("## 在线运行", 1)[1].split("\n## ", 1)[0]
+    commands = [line.split() for line in section.splitlines() if line.startswith("llama-server ")]
+    assert len(commands) == 1
+    return section, commands[0]
+
+
+def test_the_verified_llama_cpp_command_loads_the_template_that_ships_here():
+    section, args = llama_cpp_command()
+    assert "--jinja" in args and "--no-jinja" not in args
+    template = args[args.index("--chat-template-file") + 1]
+    assert (ROOT / template).is_file()
+    assert args[args.index("-m") + 1].endswith("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+    port = args[args.index("--port") + 1]
+    assert f'export OPENAI_BASE_URL="http://127.0.0.1:{port}/v1"' in section
+    failures = README.split("## 出错时怎么查", 1)[1].split("\n## ", 1)[0]
+    assert template in failures  # the call-as-text row points there too
+
+
+def test_the_template_teaches_the_call_format_it_renders():
+    # llama-server derives its parser from how the template renders a call, while the model
+    # writes what the system prompt shows it: the same fence opening must be in both places.
+    _, args = llama_cpp_command()
+    source = (ROOT / args[args.index("--chat-template-file") + 1]).read_text(encoding="utf-8")
+    opening = "'```json" + "\\n" + '{"name": "'  # as the Jinja string literal spells it
+    history_starts = source.index("{%- for message in messages %}")
+    assert source.count(opening) == 2
+    assert source.index(opening) < history_starts < source.rindex(opening)
