@@ -10,6 +10,7 @@ and certificate files from os.environ, so those tests set them there (monkeypatc
 
 import fcntl
 import importlib.util
+import io
 import os
 import shutil
 import signal
@@ -262,34 +263,22 @@ def test_https_typed_for_a_plain_http_server_says_use_http(run, provider):
     assert "http://" in second and "OPENAI_TIMEOUT" not in second
 
 
-WITH_SHORT_CONNECT = """
-import sys
-sys.path.insert(0, sys.argv[1])
-import lesson_03_tool_calling_loop as lesson
-lesson.CONNECT_SECONDS = 0.5
-sys.exit(lesson.main([], dict(__import__("os").environ)))
-"""
-
-
-def test_connecting_fails_fast_whatever_openai_timeout_is():
+def test_connecting_fails_fast_whatever_openai_timeout_is(run, monkeypatch):
     # A listener that accepts and never answers: a plain-http server waiting for a request
-    # line while the client waits for the TLS handshake. OPENAI_TIMEOUT is 60 s.
+    # line while the client waits for the TLS handshake. OPENAI_TIMEOUT is 20 s.
+    import openai._base_client
+
+    monkeypatch.setattr(lesson, "CONNECT_SECONDS", 0.25)
+    monkeypatch.setattr(openai._base_client, "INITIAL_RETRY_DELAY", 0.01)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
-        env = child_environment(
-            OPENAI_BASE_URL=f"https://127.0.0.1:{silent.getsockname()[1]}/v1", OPENAI_TIMEOUT="60"
-        )
+        url = f"https://127.0.0.1:{silent.getsockname()[1]}/v1"
         started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-c", WITH_SHORT_CONNECT, str(SCRIPT.parent)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=40,
-        )
-    assert time.monotonic() - started < 30, "waited for OPENAI_TIMEOUT, not the connect timeout"
-    assert done.returncode == 3 and "TLS 握手失败" in done.stderr, done.stderr
+        result = run(OPENAI_BASE_URL=url, OPENAI_TIMEOUT="20")
+    assert time.monotonic() - started < 10, "waited for OPENAI_TIMEOUT, not the connect timeout"
+    first, _ = report(result)
+    assert result.code == 3 and "TLS 握手失败" in first, result.err
 
 
 def test_a_redirect_loop_is_called_a_redirect_loop(run, provider):
@@ -615,25 +604,23 @@ def render(terminal_bytes):
     return "\n".join(rows).strip()
 
 
-def test_while_waiting_a_terminal_shows_progress_and_keeps_no_trace(provider):
+def test_while_waiting_a_terminal_shows_progress_and_keeps_no_trace(provider, monkeypatch):
+    # In-process: stderr is a real terminal (a pty), stdout is not, as in `python3 script > log`
     provider.script(Reply(json=TOOL_TURN, delay=1.6), FINAL)
     leader, follower = os.openpty()
     shown = bytearray()
     reader = threading.Thread(target=lambda: read_all(leader, shown), daemon=True)
     reader.start()
+    answer = io.StringIO()
     try:
-        done = subprocess.run(
-            [sys.executable, str(SCRIPT)],
-            env=child_environment(OPENAI_BASE_URL=provider.base_url),
-            stdout=subprocess.PIPE,
-            stderr=follower,
-            timeout=60,
-        )
+        with open(follower, "w", encoding="utf-8") as terminal:
+            monkeypatch.setattr(sys, "stdout", answer)
+            monkeypatch.setattr(sys, "stderr", terminal)
+            code = lesson.main([], child_environment(OPENAI_BASE_URL=provider.base_url))
     finally:
-        os.close(follower)
         reader.join(10)
         os.close(leader)
-    assert done.stdout.decode().splitlines() == ARTICLE_LINES  # byte for byte, as in the article
+    assert (code, answer.getvalue().splitlines()) == (0, ARTICLE_LINES)  # byte for byte
     assert "等待响应" in bytes(shown).decode(), bytes(shown)
     assert render(bytes(shown)) == ""
 
