@@ -958,14 +958,14 @@ LONG_FINAL = completion(content="3720 " * 200)  # a body far longer than the dri
 
 @pytest.mark.parametrize("drip_headers", [False, True], ids=["body", "headers-too"])
 def test_a_drip_fed_response_ends_at_the_whole_request_deadline(run, provider, drip_headers):
-    provider.script(*[Reply(json=LONG_FINAL, drip=0.1, drip_headers=drip_headers)] * 2)
+    provider.script(*[Reply(json=LONG_FINAL, drip=0.05, drip_headers=drip_headers)] * 2)
     started = time.monotonic()
-    result = run(OPENAI_TIMEOUT="0.5")  # each byte arrives well within the read timeout
+    result = run(OPENAI_TIMEOUT="0.25")  # each byte arrives well within the read timeout
     elapsed = time.monotonic() - started
     assert_clean_failure(result, 3, "[SDK/网络] step 1: 请求超时（WholeRequestTimeout")
     first, second = result.err.splitlines()
-    assert "整次请求（含重试）超过 2 秒" in first and "限流" in second, result.err
-    assert elapsed < 10, elapsed  # the drip alone would take over 100 s
+    assert "整次请求（含重试）超过 1.5 秒" in first and "限流" in second, result.err
+    assert elapsed < 10, elapsed  # the drip alone would take over 60 s
 
 
 BROKEN = {
