@@ -547,8 +547,7 @@ TEMPLATE_MARKUP = (
 DEFINITION_KEYS = {"description", "properties", "required"}  # 工具定义，不是调用
 
 
-def json_type_name(value: object) -> str:
-    """用模型看得懂的 JSON 类型名描述一个值。"""
+def json_type_name(value: object) -> str:  # 错误交回模型：说 JSON 的类型名，不说 Python 的
     names = {bool: "布尔值", float: "小数", str: "字符串", dict: "对象", list: "数组"}
     return "空值 null" if value is None else names.get(type(value), f"「{type(value).__name__}」")
 
@@ -714,10 +713,8 @@ Timeout | 请求超时 | 检查网络和服务端；本地模型慢就调大 OPE
 
 
 def explain_finish_reason(finish_reason: object, with_tool_calls: bool) -> AgentStop:
-    """length、content_filter 和未知值既不能配 Tool Call，也不能冒充 Final。"""
-    known = isinstance(finish_reason, str) and finish_reason in FINISH_REASONS
     unknown = (PROVIDER, "不是 OpenAI 协议中的值", HINT_ENDPOINT)
-    link, meaning, hint = FINISH_REASONS[finish_reason] if known else unknown
+    link, meaning, hint = FINISH_REASONS.get(str(finish_reason), unknown)  # 值也可能是 [] 或 {}
     shown = clip(json.dumps(finish_reason, ensure_ascii=False, default=repr), 40)
     if with_tool_calls:
         what = f"有 Tool Call，但 finish_reason={shown}（{meaning}）：不可信，一个工具都没执行"
@@ -805,8 +802,7 @@ def provider_text(body: object) -> str:
     return f"（{len(body)} 个字符的响应体里没有可读的文字）"
 
 
-class WholeRequestTimeout(TimeoutError):
-    """整次请求（含重试）超过了总期限。"""
+class WholeRequestTimeout(TimeoutError): ...  # 整次请求（含重试）超过了总期限
 
 
 class DeadlineClient:
