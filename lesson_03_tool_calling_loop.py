@@ -815,29 +815,26 @@ class DeadlineClient:
 
     def create(self, **request: object) -> object:
         import threading
+        from concurrent.futures import Future, wait
 
-        outcome: dict = {}
+        outcome = Future()  # 装着响应或 SDK 抛出的异常，result() 原样交出
 
         def call() -> None:
             try:
-                outcome["response"] = self.client.chat.completions.create(**request)
+                outcome.set_result(self.client.chat.completions.create(**request))
             except Exception as error:
-                outcome["error"] = error
+                outcome.set_exception(error)
 
-        worker = threading.Thread(target=call, daemon=True)
-        worker.start()
+        threading.Thread(target=call, daemon=True).start()  # 不用线程池：它退出时要等线程跑完
         status = getattr(sys.stderr, "status", lambda text: None)
         for waited in range(1, int(self.seconds) + 2):  # 每秒醒来一次，报告已经等了几秒
-            worker.join(min(1.0, self.seconds - waited + 1))
-            if not worker.is_alive():
+            if wait([outcome], min(1.0, self.seconds - waited + 1)).done:
                 break
             status(f"…等待响应 {waited} 秒")
         status("")  # 步骤行写在 stdout 上：返回之前先擦掉
-        if worker.is_alive():
+        if not outcome.done():
             raise WholeRequestTimeout(f"整次请求（含重试）超过 {self.seconds:g} 秒仍未完成")
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["response"]
+        return outcome.result()
 
 
 # ---- 环境：SDK 和 httpx 还会读别的环境变量（见 --help）；出了问题，说出是哪一个 ----
