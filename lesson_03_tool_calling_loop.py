@@ -697,7 +697,7 @@ HINT_NO_TOOLS = (
     "这个模型或端点不支持 Tool Calling：换支持 tools 的模型（vLLM 要开启自动工具选择，"
     "llama.cpp 要加 --jinja）；multiply() 还没运行过，不要去改工具"
 )
-# 没有 HTTP 状态码的失败，按异常链里的字样认出原因：字样 | 原因 | 建议，从上往下先命中的算数
+# 没有 HTTP 状态码的失败，按异常链里的字样认出原因（字样 | 原因 | 建议）：先命中的算数，.* 兜底
 NETWORK_FAILURES = [
     rule.split(" | ")
     for rule in """\
@@ -708,7 +708,8 @@ MemoryError|new thread|Too many open | 操作系统拒绝了线程、内存或�
 Protocol|ReadError|Decoding | 连上了服务器，但响应中途断开或无法解码 | 看服务端日志和中间的代理
 Connect | 连不上服务器 | 检查端点的地址、端口和服务是否已启动
 WholeRequest | 请求超时 | 慢或限流（SDK 可能在等 Retry-After）：稍后再试，或调大 OPENAI_TIMEOUT
-Timeout | 请求超时 | 检查网络和服务端；本地模型慢就调大 OPENAI_TIMEOUT（秒）""".splitlines()
+Timeout | 请求超时 | 检查网络和服务端；本地模型慢就调大 OPENAI_TIMEOUT（秒）
+.* | 请求失败 | 检查 openai 的版本与网络""".splitlines()
 ]
 
 
@@ -759,9 +760,9 @@ def explain_request_failure(error: Exception) -> AgentStop:
     seen = f"{kind}: {error} {type(cause).__name__}: {cause}"
     detail = f"（{kind}: {clip(str(cause), 120)}）"
     said = f"HTTP {status}：{provider_text(getattr(error, 'body', None) or str(error))}"
-    found = next((rule for rule in NETWORK_FAILURES if re.search(rule[0], seen)), None)
+    pattern, reason, advice = next(rule for rule in NETWORK_FAILURES if re.search(rule[0], seen))
     via = proxy_for(str(getattr(getattr(error, "request", None), "url", "")))
-    unreachable = status in (407, 502) or (status is None and (found or [""])[0] == "Connect")
+    unreachable = status in (407, 502) or (status is None and pattern == "Connect")
     if via and unreachable:  # 代理挡在中间时，“连不上”和它自己的 407、502 都先怪它
         what = f"请求没能经代理 {without_password(via[1])}（{via[0]}）送到端点"
         what += f"：{said}" if status else detail
@@ -773,8 +774,7 @@ def explain_request_failure(error: Exception) -> AgentStop:
     if isinstance(error, json.JSONDecodeError):
         what = f"服务器回了 HTTP 200，响应体却不是完整的 JSON（{clip(str(error), 80)}）"
         return AgentStop(PROVIDER, what, HINT_BASE_URL, EXIT_REQUEST_FAILED)
-    what, hint = found[1:] if found else ("请求失败", "检查 openai 的版本与网络")
-    return AgentStop(SDK_NETWORK, what + detail, hint, EXIT_REQUEST_FAILED)
+    return AgentStop(SDK_NETWORK, reason + detail, advice, EXIT_REQUEST_FAILED)
 
 
 def provider_text(body: object) -> str:
