@@ -540,11 +540,6 @@ def demo() -> int:
 SECRETS: list = []  # check_config() 登记 API Key；任何输出都先遮住它
 # 能操纵终端的字符：C0（换行、制表符除外）、DEL、C1（如 U+009B CSI）、双向文字控制符
 TERMINAL_UNSAFE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-# 聊天模板的标记：<|channel|>（gpt-oss 的 Harmony）、<｜tool▁calls▁begin｜>（DeepSeek）、<tool_call>
-TEMPLATE_MARKUP = (
-    r"<\|[^<>|]{1,40}\|>|<｜[^<>｜]{1,40}｜>|</?tool_call>|\[/?tool_calls\]|<function=|</function>"
-)
-DEFINITION_KEYS = {"description", "properties", "required"}  # 工具定义，不是调用
 
 
 def json_type_name(value: object) -> str:  # 错误交回模型：说 JSON 的类型名，不说 Python 的
@@ -582,6 +577,11 @@ def is_text(value: object) -> bool:
     return isinstance(value, str) and value.encode("utf-8", "replace").decode() == value
 
 
+# 聊天模板的标记：<|channel|>（gpt-oss 的 Harmony）、<｜tool▁calls▁begin｜>（DeepSeek）、<tool_call>
+TEMPLATE_MARKUP = (
+    r"<\|[^<>|]{1,40}\|>|<｜[^<>｜]{1,40}｜>|</?tool_call>|\[/?tool_calls\]|<function=|</function>"
+)
+DEFINITION_KEYS = {"description", "properties", "required"}  # 工具定义，不是调用
 # 回答本身是没被解析的调用时的样子。只看开头和结尾：正文里提到 <tool_call>、举个 JSON 例子都还是回答
 CALL_TEXT_PATTERNS = (
     rf"^(?:{TEMPLATE_MARKUP})|(?:{TEMPLATE_MARKUP})$",  # 以模板标记开头或结尾
@@ -601,9 +601,8 @@ def looks_like_tool_call_text(text: str) -> bool:
         try:
             value = json.loads(block)
         except (ValueError, RecursionError):  # 写坏的 JSON：只看开头第一个键和前几百个字符
-            head = block[:600]
-            first = re.match(r"""[\[\s]*\{+\s*["']?(\w+)["']?\s*:""", head)
-            keys = set(re.findall(r"""["'](\w+)["']\s*:""", head)) if first else set()
+            head = block[:600] if re.match(r"""[\[\s]*\{+\s*["']?\w+["']?\s*:""", block) else ""
+            keys = set(re.findall(r"""["'](\w+)["']\s*:""", head))
         else:
             value = value.get("tool_calls", value) if isinstance(value, dict) else value
             value = value[0] if isinstance(value, list) and value else value
