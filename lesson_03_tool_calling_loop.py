@@ -674,8 +674,7 @@ HINT_PROXY = (  # Clash、V2Ray 常给 socks5:// 代理，httpx 要多装 socksi
     "检查 {name}：代理在不在运行、端口和认证对不对（socks5:// 还要 python -m pip install socksio）"
     "；本机或内网的端点加进 NO_PROXY（如 NO_PROXY=127.0.0.1,localhost），或运行前 unset {name}"
 )
-# finish_reason -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
-FINISH_REASONS = {
+FINISH_REASONS = {  # finish_reason -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
     "length": (MODEL, "输出达到 Token 上限被截断", HINT_LENGTH),
     "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_REFUSAL),
     "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
@@ -696,9 +695,8 @@ HINT_NO_TOOLS = (
     "这个模型或端点不支持 Tool Calling：换支持 tools 的模型（vLLM 要开启自动工具选择，"
     "llama.cpp 要加 --jinja）；multiply() 还没运行过，不要去改工具"
 )
-# 没有 HTTP 状态码的失败，按异常链里的字样认出原因（字样 | 原因 | 建议）：先命中的算数，.* 兜底
-NETWORK_FAILURES = [
-    rule.split(" | ")
+NETWORK_FAILURES = [  # 没有 HTTP 状态码的失败，按异常链里的字样认出原因
+    rule.split(" | ")  # 字样 | 原因 | 建议：从上往下先命中的算数，最后的 .* 兜底
     for rule in """\
 CERTIFICATE_VERIFY_FAILED | TLS 证书校验失败 | 检查 SSL_CERT_FILE、SSL_CERT_DIR，或 unset 它们
 SSL|handshake | TLS 握手失败：这个端口说的多半是 http | 本地服务用 http://，别写成 https://
