@@ -540,15 +540,9 @@ def demo() -> int:
 SECRETS: list = []  # check_config() 登记 API Key；任何输出都先遮住它
 # 能操纵终端的字符：C0（换行、制表符除外）、DEL、C1（如 U+009B CSI）、双向文字控制符
 TERMINAL_UNSAFE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-# 聊天模板的标记：<|channel|>（gpt-oss 的 Harmony）、<｜tool▁calls▁begin｜>（DeepSeek）、<tool_call>
-TEMPLATE_MARKUP = (
-    r"<\|[^<>|]{1,40}\|>|<｜[^<>｜]{1,40}｜>|</?tool_call>|\[/?tool_calls\]|<function=|</function>"
-)
-DEFINITION_KEYS = {"description", "properties", "required"}  # 工具定义，不是调用
 
 
-def json_type_name(value: object) -> str:
-    """用模型看得懂的 JSON 类型名描述一个值。"""
+def json_type_name(value: object) -> str:  # 错误交回模型：说 JSON 的类型名，不说 Python 的
     names = {bool: "布尔值", float: "小数", str: "字符串", dict: "对象", list: "数组"}
     return "空值 null" if value is None else names.get(type(value), f"「{type(value).__name__}」")
 
@@ -583,6 +577,11 @@ def is_text(value: object) -> bool:
     return isinstance(value, str) and value.encode("utf-8", "replace").decode() == value
 
 
+# 聊天模板的标记：<|channel|>（gpt-oss 的 Harmony）、<｜tool▁calls▁begin｜>（DeepSeek）、<tool_call>
+TEMPLATE_MARKUP = (
+    r"<\|[^<>|]{1,40}\|>|<｜[^<>｜]{1,40}｜>|</?tool_call>|\[/?tool_calls\]|<function=|</function>"
+)
+DEFINITION_KEYS = {"description", "properties", "required"}  # 工具定义，不是调用
 # 回答本身是没被解析的调用时的样子。只看开头和结尾：正文里提到 <tool_call>、举个 JSON 例子都还是回答
 CALL_TEXT_PATTERNS = (
     rf"^(?:{TEMPLATE_MARKUP})|(?:{TEMPLATE_MARKUP})$",  # 以模板标记开头或结尾
@@ -602,9 +601,8 @@ def looks_like_tool_call_text(text: str) -> bool:
         try:
             value = json.loads(block)
         except (ValueError, RecursionError):  # 写坏的 JSON：只看开头第一个键和前几百个字符
-            head = block[:600]
-            first = re.match(r"""[\[\s]*\{+\s*["']?(\w+)["']?\s*:""", head)
-            keys = set(re.findall(r"""["'](\w+)["']\s*:""", head)) if first else set()
+            head = block[:600] if re.match(r"""[\[\s]*\{+\s*["']?\w+["']?\s*:""", block) else ""
+            keys = set(re.findall(r"""["'](\w+)["']\s*:""", head))
         else:
             value = value.get("tool_calls", value) if isinstance(value, dict) else value
             value = value[0] if isinstance(value, list) and value else value
@@ -676,8 +674,7 @@ HINT_PROXY = (  # Clash、V2Ray 常给 socks5:// 代理，httpx 要多装 socksi
     "检查 {name}：代理在不在运行、端口和认证对不对（socks5:// 还要 python -m pip install socksio）"
     "；本机或内网的端点加进 NO_PROXY（如 NO_PROXY=127.0.0.1,localhost），或运行前 unset {name}"
 )
-# finish_reason -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
-FINISH_REASONS = {
+FINISH_REASONS = {  # finish_reason -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
     "length": (MODEL, "输出达到 Token 上限被截断", HINT_LENGTH),
     "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_REFUSAL),
     "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
@@ -698,9 +695,8 @@ HINT_NO_TOOLS = (
     "这个模型或端点不支持 Tool Calling：换支持 tools 的模型（vLLM 要开启自动工具选择，"
     "llama.cpp 要加 --jinja）；multiply() 还没运行过，不要去改工具"
 )
-# 没有 HTTP 状态码的失败，按异常链里的字样认出原因：字样 | 原因 | 建议，从上往下先命中的算数
-NETWORK_FAILURES = [
-    rule.split(" | ")
+NETWORK_FAILURES = [  # 没有 HTTP 状态码的失败，按异常链里的字样认出原因
+    rule.split(" | ")  # 字样 | 原因 | 建议：从上往下先命中的算数，最后的 .* 兜底
     for rule in """\
 CERTIFICATE_VERIFY_FAILED | TLS 证书校验失败 | 检查 SSL_CERT_FILE、SSL_CERT_DIR，或 unset 它们
 SSL|handshake | TLS 握手失败：这个端口说的多半是 http | 本地服务用 http://，别写成 https://
@@ -709,15 +705,14 @@ MemoryError|new thread|Too many open | 操作系统拒绝了线程、内存或�
 Protocol|ReadError|Decoding | 连上了服务器，但响应中途断开或无法解码 | 看服务端日志和中间的代理
 Connect | 连不上服务器 | 检查端点的地址、端口和服务是否已启动
 WholeRequest | 请求超时 | 慢或限流（SDK 可能在等 Retry-After）：稍后再试，或调大 OPENAI_TIMEOUT
-Timeout | 请求超时 | 检查网络和服务端；本地模型慢就调大 OPENAI_TIMEOUT（秒）""".splitlines()
+Timeout | 请求超时 | 检查网络和服务端；本地模型慢就调大 OPENAI_TIMEOUT（秒）
+.* | 请求失败 | 检查 openai 的版本与网络""".splitlines()
 ]
 
 
 def explain_finish_reason(finish_reason: object, with_tool_calls: bool) -> AgentStop:
-    """length、content_filter 和未知值既不能配 Tool Call，也不能冒充 Final。"""
-    known = isinstance(finish_reason, str) and finish_reason in FINISH_REASONS
     unknown = (PROVIDER, "不是 OpenAI 协议中的值", HINT_ENDPOINT)
-    link, meaning, hint = FINISH_REASONS[finish_reason] if known else unknown
+    link, meaning, hint = FINISH_REASONS.get(str(finish_reason), unknown)  # 值也可能是 [] 或 {}
     shown = clip(json.dumps(finish_reason, ensure_ascii=False, default=repr), 40)
     if with_tool_calls:
         what = f"有 Tool Call，但 finish_reason={shown}（{meaning}）：不可信，一个工具都没执行"
@@ -762,9 +757,9 @@ def explain_request_failure(error: Exception) -> AgentStop:
     seen = f"{kind}: {error} {type(cause).__name__}: {cause}"
     detail = f"（{kind}: {clip(str(cause), 120)}）"
     said = f"HTTP {status}：{provider_text(getattr(error, 'body', None) or str(error))}"
-    found = next((rule for rule in NETWORK_FAILURES if re.search(rule[0], seen)), None)
+    pattern, reason, advice = next(rule for rule in NETWORK_FAILURES if re.search(rule[0], seen))
     via = proxy_for(str(getattr(getattr(error, "request", None), "url", "")))
-    unreachable = status in (407, 502) or (status is None and (found or [""])[0] == "Connect")
+    unreachable = status in (407, 502) or (status is None and pattern == "Connect")
     if via and unreachable:  # 代理挡在中间时，“连不上”和它自己的 407、502 都先怪它
         what = f"请求没能经代理 {without_password(via[1])}（{via[0]}）送到端点"
         what += f"：{said}" if status else detail
@@ -776,8 +771,7 @@ def explain_request_failure(error: Exception) -> AgentStop:
     if isinstance(error, json.JSONDecodeError):
         what = f"服务器回了 HTTP 200，响应体却不是完整的 JSON（{clip(str(error), 80)}）"
         return AgentStop(PROVIDER, what, HINT_BASE_URL, EXIT_REQUEST_FAILED)
-    what, hint = found[1:] if found else ("请求失败", "检查 openai 的版本与网络")
-    return AgentStop(SDK_NETWORK, what + detail, hint, EXIT_REQUEST_FAILED)
+    return AgentStop(SDK_NETWORK, reason + detail, advice, EXIT_REQUEST_FAILED)
 
 
 def provider_text(body: object) -> str:
@@ -805,8 +799,7 @@ def provider_text(body: object) -> str:
     return f"（{len(body)} 个字符的响应体里没有可读的文字）"
 
 
-class WholeRequestTimeout(TimeoutError):
-    """整次请求（含重试）超过了总期限。"""
+class WholeRequestTimeout(TimeoutError): ...  # 整次请求（含重试）超过了总期限
 
 
 class DeadlineClient:
@@ -819,29 +812,26 @@ class DeadlineClient:
 
     def create(self, **request: object) -> object:
         import threading
+        from concurrent.futures import Future, wait
 
-        outcome: dict = {}
+        outcome = Future()  # 装着响应或 SDK 抛出的异常，result() 原样交出
 
         def call() -> None:
             try:
-                outcome["response"] = self.client.chat.completions.create(**request)
+                outcome.set_result(self.client.chat.completions.create(**request))
             except Exception as error:
-                outcome["error"] = error
+                outcome.set_exception(error)
 
-        worker = threading.Thread(target=call, daemon=True)
-        worker.start()
+        threading.Thread(target=call, daemon=True).start()  # 不用线程池：它退出时要等线程跑完
         status = getattr(sys.stderr, "status", lambda text: None)
         for waited in range(1, int(self.seconds) + 2):  # 每秒醒来一次，报告已经等了几秒
-            worker.join(min(1.0, self.seconds - waited + 1))
-            if not worker.is_alive():
+            if wait([outcome], min(1.0, self.seconds - waited + 1)).done:
                 break
             status(f"…等待响应 {waited} 秒")
         status("")  # 步骤行写在 stdout 上：返回之前先擦掉
-        if worker.is_alive():
+        if not outcome.done():
             raise WholeRequestTimeout(f"整次请求（含重试）超过 {self.seconds:g} 秒仍未完成")
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["response"]
+        return outcome.result()
 
 
 # ---- 环境：SDK 和 httpx 还会读别的环境变量（见 --help）；出了问题，说出是哪一个 ----

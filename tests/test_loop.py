@@ -689,6 +689,13 @@ def test_a_response_that_broke_off_is_not_called_unreachable(cause, reason_part)
     assert ("连不上" in stop.reason) == isinstance(cause, ConnectError)
 
 
+def test_a_failure_nothing_recognises_still_reads_as_a_request_failure():
+    stop = lesson.explain_request_failure(RuntimeError("something new"))
+    assert (stop.link, stop.exit_code) == ("SDK/网络", 3)
+    assert stop.reason == "请求失败（RuntimeError: something new）"
+    assert stop.hint == "检查 openai 的版本与网络"
+
+
 def test_the_whole_request_deadline_reads_as_a_timeout():
     stop = lesson.explain_request_failure(lesson.WholeRequestTimeout("整次请求超过 3 秒"))
     assert stop.reason.startswith("请求超时") and "OPENAI_TIMEOUT" in stop.hint
