@@ -846,6 +846,11 @@ class DeadlineClient:
 
 # ---- 环境：SDK 和 httpx 还会读别的环境变量（见 --help）；出了问题，说出是哪一个 ----
 CONNECT_SECONDS = 5.0  # 与 SDK 自己的默认连接期限相同
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS = 60.0, 3600.0  # SDK 默认等 10 分钟，学习时太久
+MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试也没用
+ORG_VARIABLES = ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID")
+KEY_LIKE = re.compile(r"(?:sk|gsk|xai)[-_]\S*|AIza\S*|[A-Za-z0-9]{32,}(?:\.\w+)?")
 
 
 def proxy_for(url: str) -> tuple:
@@ -860,15 +865,6 @@ def proxy_for(url: str) -> tuple:
         return ()
     names = [n for n in sorted(os.environ, key=str.isupper) if n.lower() == f"{key}_proxy"]
     return (names or ["系统代理设置"])[0], proxies[key]  # 同名时小写的那个算数
-
-
-# ---- 配置：在发出任何请求之前，把填错的环境变量说清楚（退出码 2） ----
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_TIMEOUT_SECONDS = 60.0  # SDK 默认等 10 分钟，学习时太久
-MAX_TIMEOUT_SECONDS = 3600.0
-MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试也没用
-ORG_VARIABLES = ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID")
-KEY_LIKE = re.compile(r"(?:sk|gsk|xai)[-_]\S*|AIza\S*|[A-Za-z0-9]{32,}(?:\.\w+)?")
 
 
 def make_client(config: dict) -> object:
@@ -916,7 +912,7 @@ def config_error(what: str, hint: str) -> AgentStop:
 
 
 def check_config(environ: dict) -> dict:
-    """检查在线运行的环境变量，缺什么、错什么都说清楚；返回创建客户端所需的值。"""
+    """在发出任何请求之前，把缺的、填错的环境变量说清楚（退出码 2）；返回创建客户端所需的值。"""
     from urllib.parse import urlsplit
 
     for name, hint in (
