@@ -836,6 +836,11 @@ class DeadlineClient:
 
 # ---- 环境：SDK 和 httpx 还会读别的环境变量（见 --help）；出了问题，说出是哪一个 ----
 CONNECT_SECONDS = 5.0  # 与 SDK 自己的默认连接期限相同
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS = 60.0, 3600.0  # SDK 默认等 10 分钟，学习时太久
+MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试也没用
+ORG_VARIABLES = ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID")
+KEY_LIKE = re.compile(r"(?:sk|gsk|xai)[-_]\S*|AIza\S*|[A-Za-z0-9]{32,}(?:\.\w+)?")
 
 
 def proxy_for(url: str) -> tuple:
@@ -845,20 +850,10 @@ def proxy_for(url: str) -> tuple:
 
     parts, proxies = urlsplit(url), getproxies()
     key = parts.scheme if proxies.get(parts.scheme) else "all"  # <协议>_proxy 先于 all_proxy
-    host = parts.netloc.rpartition("@")[2]
-    if not proxies.get(key) or not parts.hostname or proxy_bypass_environment(host, proxies):
+    if not (proxies.get(key) and parts.hostname) or proxy_bypass_environment(parts.netloc, proxies):
         return ()
     names = [n for n in sorted(os.environ, key=str.isupper) if n.lower() == f"{key}_proxy"]
     return (names or ["系统代理设置"])[0], proxies[key]  # 同名时小写的那个算数
-
-
-# ---- 配置：在发出任何请求之前，把填错的环境变量说清楚（退出码 2） ----
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_TIMEOUT_SECONDS = 60.0  # SDK 默认等 10 分钟，学习时太久
-MAX_TIMEOUT_SECONDS = 3600.0
-MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试也没用
-ORG_VARIABLES = ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID")
-KEY_LIKE = re.compile(r"(?:sk|gsk|xai)[-_]\S*|AIza\S*|[A-Za-z0-9]{32,}(?:\.\w+)?")
 
 
 def make_client(config: dict) -> object:
@@ -868,7 +863,7 @@ def make_client(config: dict) -> object:
     except Exception as error:  # 没装、装坏了，还是脚本旁边同名的 openai.py 或 openai/ 挡住了它
         from importlib.util import find_spec
 
-        spec = find_spec("openai") if sys.modules.get("openai", True) is not None else None
+        spec = find_spec("openai")  # sys.modules 里放着 None 时，它也返回 None
         where = spec and (spec.origin or next(iter(spec.submodule_search_locations or []), None))
         if where and not re.search(r"[/\\](site|dist)-packages[/\\]", where):
             what = f"导入的 openai 不是 SDK，而是 {clip(where, 160)}"
@@ -906,7 +901,7 @@ def config_error(what: str, hint: str) -> AgentStop:
 
 
 def check_config(environ: dict) -> dict:
-    """检查在线运行的环境变量，缺什么、错什么都说清楚；返回创建客户端所需的值。"""
+    """在发出任何请求之前，把缺的、填错的环境变量说清楚（退出码 2）；返回创建客户端所需的值。"""
     from urllib.parse import urlsplit
 
     for name, hint in (
@@ -964,13 +959,13 @@ def base_url_problem(url: str) -> str:
         port = parts.port
     except ValueError:  # 例如端口 99999 或 abc、没闭合的 [IPv6]；原话会带出地址里的字，不引用
         return "地址无法解析：端口要是 1–65535 之间的数字，IPv6 地址要用 [] 括好"
-    if not url.isprintable() or any(char.isspace() for char in url):
+    if " " in url or not url.isprintable():  # 别的空白字符都不是 printable
         return "地址里有空格或控制字符"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "要以 http:// 或 https:// 开头，并写明主机"
     if port == 0:
         return "端口要在 1–65535 之间"
-    if parts.username is not None or parts.password is not None:
+    if "@" in parts.netloc:
         return "地址里不能写用户名或密码：SDK 会改用它们认证，key 就不再生效"
     if parts.query or parts.fragment:
         return "地址里不能带 ?查询参数 或 #片段：SDK 会把 /chat/completions 拼在它们后面"
