@@ -38,6 +38,14 @@ def one_certificate_trust_store() -> Iterator[None]:
 
 
 @pytest.fixture
+def quick_sdk_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK sleeps about 0.5 s before its one retry; tests count attempts, not waits."""
+    import openai._base_client
+
+    monkeypatch.setattr(openai._base_client, "INITIAL_RETRY_DELAY", 0.01)
+
+
+@pytest.fixture
 def provider() -> Iterator[ProviderServer]:
     """A running ProviderServer, stopped after the test."""
     with ProviderServer() as server:

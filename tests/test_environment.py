@@ -31,6 +31,7 @@ import lesson_03_tool_calling_loop as lesson
 from tests.provider_server import Reply, completion, tool_call
 from tests.runs import Run
 
+pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
 SCRIPT = Path(lesson.__file__).resolve()
 KEY = "sk-environment-secret-0123456789"
 SELF_SIGNED = Path(__file__).resolve().parent / "tls" / "self_signed_127.0.0.1.pem"
@@ -266,10 +267,7 @@ def test_https_typed_for_a_plain_http_server_says_use_http(run, provider):
 def test_connecting_fails_fast_whatever_openai_timeout_is(run, monkeypatch):
     # A listener that accepts and never answers: a plain-http server waiting for a request
     # line while the client waits for the TLS handshake. OPENAI_TIMEOUT is 20 s.
-    import openai._base_client
-
     monkeypatch.setattr(lesson, "CONNECT_SECONDS", 0.25)
-    monkeypatch.setattr(openai._base_client, "INITIAL_RETRY_DELAY", 0.01)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)

@@ -31,6 +31,7 @@ from tests.provider_server import (
 )
 from tests.runs import Run
 
+pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
 SCRIPT = Path(lesson.__file__).resolve()
 KEY = "sk-online-test-9f8e7d6c5b4a3210"
 ARGS_248_15 = '{"a":248,"b":15}'
@@ -76,14 +77,6 @@ def make_runner(provider, capsys, mode):
         return run_in_process(capsys, env, *args)
 
     return runner
-
-
-@pytest.fixture(autouse=True)
-def quick_sdk_retries(monkeypatch):
-    """The SDK sleeps about 0.5 s before its one retry; these tests count attempts, not waits."""
-    import openai._base_client
-
-    monkeypatch.setattr(openai._base_client, "INITIAL_RETRY_DELAY", 0.01)
 
 
 @pytest.fixture(params=["in-process", "cli"])
