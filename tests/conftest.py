@@ -14,23 +14,27 @@ from tests.provider_server import ProviderServer
 
 @pytest.hookimpl(wrapper=True, optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> Iterator[int]:
-    """-n auto gives one worker more than pytest-xdist would (one per core). A good part of
-    this suite waits rather than computes: scripted servers that answer late, deadlines, child
-    processes starting up. The extra worker runs tests meanwhile."""
+    """-n auto (or logical) starts one worker more than pytest-xdist would (one per core). A
+    good part of this suite waits rather than computes: scripted servers that answer late,
+    deadlines, child processes starting up. The extra worker runs tests meanwhile."""
     count = yield
-    return count if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") else count + 1
+    chosen = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").strip().isdigit()
+    return count if chosen else count + 1
 
 
 SMALL_CA_FILE = Path(__file__).resolve().parent / "tls" / "self_signed_127.0.0.1.pem"
+TRUST_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR")
+# The machine's own settings, for the one test that does reach a real endpoint (test_live)
+MACHINE_TRUST = {name: os.environ[name] for name in TRUST_VARIABLES if name in os.environ}
 
 
 @pytest.fixture(autouse=True, scope="session")
 def one_certificate_trust_store() -> Iterator[None]:
     """The SDK's HTTP client loads a trust store for every client it builds, even for http://:
-    the machine's whole CA bundle takes ~50 ms, about a fifth of this suite's CPU time. No test
-    trusts a public CA (the servers are on 127.0.0.1, and tests about TLS set their own), so
-    one small certificate stands in, and the suite no longer depends on the machine's
-    SSL_CERT_FILE or SSL_CERT_DIR. Child processes inherit it."""
+    the machine's whole CA bundle takes ~50 ms, about a fifth of this suite's CPU time. The
+    test servers are on 127.0.0.1 and the tests about TLS set their own trust, so one small
+    certificate stands in, and the suite no longer depends on the machine's SSL_CERT_FILE or
+    SSL_CERT_DIR. Child processes inherit it; test_live gives back MACHINE_TRUST."""
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("SSL_CERT_DIR", raising=False)
         patch.setenv("SSL_CERT_FILE", str(SMALL_CA_FILE))

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import lesson_03_tool_calling_loop as lesson
+from tests.conftest import MACHINE_TRUST, TRUST_VARIABLES
 
 SCRIPT = Path(lesson.__file__).resolve()
 BASE_URL = os.environ.get("LIVE_OPENAI_BASE_URL", "")
@@ -37,6 +38,8 @@ FIRST_FAILURE_LINE = re.compile(r"\[(Harness|SDK/网络|Provider|Model)\] ")
 
 def run_cli(*args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    env = {k: v for k, v in env.items() if k not in TRUST_VARIABLES}
+    env.update(MACHINE_TRUST)  # the suite's one-certificate trust store would refuse real TLS
     env.update(OPENAI_BASE_URL=BASE_URL, OPENAI_MODEL=MODEL, OPENAI_API_KEY=KEY)
     env.setdefault("OPENAI_TIMEOUT", "120")
     done = subprocess.run(
@@ -82,6 +85,8 @@ def test_any_endpoint_ends_in_a_documented_outcome(question):
         assert answer_at is None
         first, second = err.splitlines()[:2]
         assert FIRST_FAILURE_LINE.match(first) and "建议：" in second
+        # A configuration error or no HTTP answer at all: the endpoint was never tested
+        assert code != 2 and not first.startswith("[SDK/网络]"), f"not reached: {first}"
         if history_at:
             check_step_lines(lines[:history_at])
     if history_at < len(lines):
