@@ -5,7 +5,8 @@
 Run it from the activated .venv of README's step 2, on a machine doing nothing else. Prints
 each round's wall and CPU seconds (pytest, its xdist workers and the processes they start),
 the median wall time against the 30 s goal on 2 cores, and the slowest tests of the last
-round: where to look when the figure grows. A measurement, not a test: it never fails.
+round: where to look when the figure grows. In a fresh clone round 1 is the cold one (pytest
+rewrites and caches the test modules), a few seconds slower. A measurement, not a test.
 """
 
 import os

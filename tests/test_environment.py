@@ -611,9 +611,9 @@ def test_while_waiting_a_terminal_shows_progress_and_keeps_no_trace(provider, mo
     reader.start()
     answer = io.StringIO()
     try:
-        with open(follower, "w", encoding="utf-8") as terminal:
-            monkeypatch.setattr(sys, "stdout", answer)
-            monkeypatch.setattr(sys, "stderr", terminal)
+        with open(follower, "w", encoding="utf-8") as terminal, monkeypatch.context() as patch:
+            patch.setattr(sys, "stdout", answer)
+            patch.setattr(sys, "stderr", terminal)
             code = lesson.main([], child_environment(OPENAI_BASE_URL=provider.base_url))
     finally:
         reader.join(10)

@@ -42,10 +42,6 @@ def environment(**variables):
     return env
 
 
-def online(base_url):
-    return environment(OPENAI_API_KEY=KEY, OPENAI_MODEL="test-model", OPENAI_BASE_URL=base_url)
-
-
 def noise(stderr):
     return [marker for marker in PYTHON_NOISE if marker in stderr]
 
