@@ -42,6 +42,11 @@ def environment(**variables):
     return env
 
 
+def online(provider):
+    """main()'s environment for an in-process run against `provider`."""
+    return {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+
+
 def noise(stderr):
     return [marker for marker in PYTHON_NOISE if marker in stderr]
 
@@ -134,7 +139,7 @@ def run_reader_left(request, provider, capsys, monkeypatch):
 
     def runner(args):
         monkeypatch.setattr(sys, "stdout", ReaderLeft(request.param))
-        env = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+        env = online(provider)
         code = lesson.main(args, env)
         monkeypatch.undo()
         return code, capsys.readouterr().err
@@ -177,7 +182,7 @@ def test_a_request_failure_whose_report_cannot_be_written_keeps_exit_3(
     # In-process, like the stdout cases above: the processes above prove the interpreter's exit
     provider.script(Reply(status=400, json={"error": {"message": "bad request"}}))  # no retry
     monkeypatch.setattr(sys, "stderr", stderr)
-    env = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+    env = online(provider)
     code = lesson.main([], env)
     monkeypatch.undo()
     assert (code, capsys.readouterr().out, len(provider.requests)) == (3, "", 1)
@@ -221,7 +226,7 @@ def run_hostile(provider, capsys):
 
     def runner(replies):
         provider.script(*replies)
-        env = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+        env = online(provider)
         code = lesson.main(["--show-messages"], env)
         captured = capsys.readouterr()
         return code, captured.out, captured.err
