@@ -4,12 +4,11 @@
 # ///
 """第 3 课：跑通第一个 OpenAI-compatible Tool Calling Agent Loop（课文的可执行版本）。
 
-一次 Turn 是从用户提问到最终回答的一轮；课文的例子里它有四条消息（多几次调用就多几条）：
+课文例子里的一次 Turn（从提问到最终回答）有四条消息，多几次调用就多几条：
 user -> assistant(tool_calls) -> tool(tool_call_id, result) -> assistant(final)
 
-第一部分是课文（§1–§7，编号与课文相同），第二部分是自检和演示，第三部分收着真实世界需要、
-却不是本课主题的防护（翻译失败、检查配置、文字与终端安全）。读到第三部分之前，整课就已读完。
-用法见 --help；没有 API Key 也能用 --demo 看 Loop 真跑一遍。
+第一部分是课文（§1–§7，编号与课文相同），第二部分是自检和 --demo（没有 API Key 也能看 Loop
+真跑一遍），第三部分收着真实世界需要、却不是本课主题的防护。读到第三部分之前，整课就已读完。
 """
 
 from __future__ import annotations
@@ -36,15 +35,14 @@ EXIT_OK, EXIT_STOPPED, EXIT_USAGE, EXIT_REQUEST_FAILED, EXIT_OUTPUT_FAILED = 0, 
 #   {"id": "call_1", "type": "function",
 #    "function": {"name": "multiply", "arguments": "{\"a\":248,\"b\":15}"}}
 # Python 校验后执行 multiply，把结果 3720 交还给模型，模型下一次才写出最终回答。
-# 这是普通的 Tool Calling Loop：“调用工具再接着回答”本身不能证明用了 ReAct（ReAct 论文要求
-# 推理轨迹与动作交错生成，只看 Loop 的形状看不出来）。
+# 这是普通的 Tool Calling Loop，不是在复现 ReAct：后者还要求推理轨迹与动作交错生成。
 DEFAULT_QUESTION = "帮我算一下 248 乘以 15"
 
 
 # ---- §2 不要让模型控制 eval() ----
 # 模型写出的字符串受用户输入和它读到的内容摆布。eval() 执行的是任意 Python 代码：一句
 # __import__("os").system(...) 就能读文件、导入模块、启动进程。所以工具只收两个整数这样的数据，
-# 要做的运算由 Python 写死。
+# 要做的运算由 Python 写死；模型把这样一句代码当参数送来，它也只是一个字符串（--demo 场景 2）。
 MAX_ABS_VALUE = 1_000_000
 
 
@@ -53,7 +51,8 @@ def multiply(a: int, b: int) -> int:
     for name, value in (("a", a), ("b", b)):
         # bool 是 int 的子类（isinstance(True, int) 为真）：不先排除，True 会被悄悄当成 1
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} 必须是整数，收到的是{json_type_name(value)}")
+            received = clip(json.dumps(value, ensure_ascii=False, default=repr), 60)
+            raise ValueError(f"{name} 必须是整数，收到的是{json_type_name(value)} {received}")
         if abs(value) > MAX_ABS_VALUE:
             raise ValueError(f"{name} 的绝对值不能超过 {MAX_ABS_VALUE}")
     return a * b
@@ -107,10 +106,8 @@ def parse_arguments(arguments: object) -> dict:
 
 
 def execute_tool(tool_call: object) -> str:
-    """Router：校验一个 Tool Call 并执行 multiply，返回紧凑 JSON，从不抛异常。
-
-    参数填错只是这一单错了：{"status":"error"} 作为 Tool Result 交回模型，让它改正后再来。
-    """
+    """Router：校验一个 Tool Call 并执行 multiply，返回紧凑 JSON，从不抛异常。参数填错只是这一单
+    错了：{"status":"error"} 作为 Tool Result 交回模型，让它改正后再来。"""
     try:
         function = getattr(tool_call, "function", None)
         name = getattr(function, "name", None)
@@ -137,13 +134,9 @@ HARNESS, SDK_NETWORK, PROVIDER, MODEL = "Harness", "SDK/网络", "Provider", "Mo
 
 
 class AgentStop(Exception):
-    """让 Loop 停下的唯一异常。
-
-    失败分两种：工具参数填错是数据，作为 Tool Result 交回模型，Loop 照常继续；协议状态不可信
-    （缺 id、调用被截断、字段互相矛盾）时谁也不能替 Provider 猜，就抛 AgentStop 停下整个 Loop。
-    它带着失败的一环（link）、原因和建议；run_agent 补上第几步、最后一个成功事件，以及被拒收、
-    因而没写进历史的那条回复（refused）。
-    """
+    """让 Loop 停下的唯一异常。工具参数填错是数据：交回模型，Loop 照常继续；协议状态不可信（缺 id、
+    调用被截断、字段互相矛盾）时谁也不能替 Provider 猜，就停下整个 Loop。它带着失败的一环（link）、
+    原因和建议；Trail 补上第几步、最后一个成功事件和没写进历史的那条响应（refused）。"""
 
     def __init__(self, link: str, reason: str, hint: str, exit_code: int = EXIT_STOPPED):
         super().__init__(reason)
@@ -151,9 +144,59 @@ class AgentStop(Exception):
         self.step, self.last_ok, self.refused = None, "", None
 
 
-# Provider 自己的不透明字段：它要求原样带回才肯接着这一轮（否则 HTTP 400），所以只在它们来了时、
-# 原样回传这几个；别的私有字段一律不回传（Groq 就拒收回传的 reasoning），也从不打印。
-# reasoning_content：DeepSeek、Kimi；reasoning_details：OpenRouter；extra_content：Gemini 3 的签名
+class Trail:
+    """只为失败报告记账：第几步、最后一个成功事件、还没写进历史的响应；AgentStop 带走这三样。"""
+
+    step, last_ok, pending = 0, "Harness 已就绪，user 消息已写入历史", None
+
+    def __enter__(self) -> Trail:
+        return self
+
+    def __exit__(self, kind: object, stop: object, traceback: object) -> None:
+        if isinstance(stop, AgentStop):
+            stop.step, stop.last_ok, stop.refused = self.step, self.last_ok, self.pending
+
+
+# finish_reason 说的是 Provider 为什么停止生成。一个 Tool Call 只有在生成自然结束时才可信：
+# tool_calls（停下来等工具结果），或 stop（OpenAI 在 tool_choice 指定函数时就这样回，Gemini、
+# SGLang 也常见）。被截断或过滤的生成（length、content_filter，以及任何未知的值）里，arguments
+# 可能只写了一半：一个都不执行，也不当成 Final。与课文片段的不同只在 stop：课文要求调用必须配
+# tool_calls；这里让 stop 照常执行，因为它同样是自然结束，每个调用照样要过 id 和 Router 的检查。
+HINT_ENDPOINT = "这个端点的响应与 OpenAI 协议不一致，Harness 不会替它猜；换模型或端点再试"
+HINT_LENGTH = (
+    "输出上限或上下文窗口：调大 max_tokens（llama-server 的 -n/--n-predict，Ollama 的 "
+    "num_predict），或换上下文更大的模型、缩短问题"
+)
+HINT_POLICY = "换一种问法，或查看 Provider 的内容策略"
+FINISH_REASONS = {  # 不自然的结束 -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
+    "length": (MODEL, "输出达到 Token 上限被截断", HINT_LENGTH),
+    "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_POLICY),
+    "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
+    "function_call": (PROVIDER, "OpenAI 已弃用的旧 functions 协议", HINT_ENDPOINT),
+}
+HINT_MAX_STEPS = "模型一直在调用工具；检查问题、模型能力，以及工具错误是否反复出现"
+HINT_TOO_MANY = f"上限是 {MAX_TOOL_CALLS}，一个都没执行；这个端点或模型的输出不正常，换一个再试"
+HINT_EMPTY_ANSWER = "再问一次；仍为空就换更大的模型，或确认端点支持 Tool Calling"
+HINT_CALL_AS_TEXT = (
+    "让服务端把调用解析成 tool_calls：vLLM、SGLang 开 tool-call parser；llama.cpp 加 --jinja，"
+    "模板要教对格式（Qwen2.5-Coder 用 templates/qwen2.5-coder-tools.jinja）；Ollama 选带 tools 的"
+)
+
+
+def unnatural_end(finish_reason: object, with_tool_calls: bool) -> AgentStop:
+    """finish_reason 不是自然结束时的 AgentStop：说出它的含义；有调用时说明一个都没执行。"""
+    unknown = (PROVIDER, "不是 OpenAI 协议中的值", HINT_ENDPOINT)
+    link, meaning, hint = FINISH_REASONS.get(str(finish_reason), unknown)  # 值也可能是 [] 或 {}
+    shown = clip(json.dumps(finish_reason, ensure_ascii=False, default=repr), 40)
+    if with_tool_calls:
+        what = f"有 Tool Call，但 finish_reason={shown}（{meaning}）：不可信，一个工具都没执行"
+    else:
+        what = f"模型没有正常结束：finish_reason={shown}（{meaning}），不能当成最终回答"
+    return AgentStop(link, what, hint)
+
+
+# 回传什么：课文的 role、content、tool_calls，外加 Provider 自己的不透明字段（推理、签名）。后者它
+# 要原样收回才能接着这一轮，否则回 HTTP 400；别的私有字段它不认，带回去反而可能被拒。都不打印。
 ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details")
 ECHOED_CALL_FIELDS = ("extra_content",)
 
@@ -180,125 +223,91 @@ def assistant_message_from_api(message: object) -> dict:
     return {**saved, **provider_owned(message, ECHOED_MESSAGE_FIELDS)}
 
 
-# 推理块：开头的 <think>…</think>（模板把 <think> 写进提示时只剩 …</think>；没写完也算）
-THINK_BLOCKS = re.compile(r"^(?:\s*(?:<think>)?(?:(?!<think>).)*?</think>)+|^\s*<think>.*", re.S)
+def without_reasoning(text: str) -> str:
+    """去掉开头的推理块 <think>…</think>（可以连着几块；模板把 <think> 写进了提示时只剩 …</think>）
+    推理不是回答：原样留在历史里，但不打印。推理没写完（只有 <think>）就整段都是推理。"""
+    rest = text.lstrip()
+    while True:
+        block, end, after = rest.partition("</think>")
+        inside = block[len("<think>") :] if block.startswith("<think>") else block
+        if not end or "<think>" in inside:  # 没有结束标签，或这一段不是一个推理块
+            break
+        rest = after.lstrip()
+    return "" if rest.startswith("<think>") else rest
 
 
 def final_answer(message: object) -> str:
     """finish_reason=stop 也可能不是回答：拒答、空回答、把工具调用写成了文字。返回要打印的回答。"""
     if getattr(message, "refusal", None):
-        raise AgentStop(MODEL, f"模型拒绝回答：{clip(message.refusal)}", HINT_REFUSAL)
-    # 开头的推理块是推理，不是回答：原样留在历史里，但不打印
-    text = THINK_BLOCKS.sub("", message.content or "", count=1).lstrip()
+        raise AgentStop(MODEL, f"模型拒绝回答：{clip(message.refusal)}", HINT_POLICY)
+    text = without_reasoning(text_of(message.content))  # content 也可以是一串文本片段
     if not any(char.isprintable() and not char.isspace() for char in text):  # 零宽字符也看不见
         raise AgentStop(MODEL, "模型返回了空回答", HINT_EMPTY_ANSWER)
-    # 回答的开头或结尾就是一个调用（模板标记、写着函数名和参数的 JSON 或代码块），说明端点没把它
-    # 解析成 tool_calls。Harness 只报告，从不从文字里解析、执行调用：那等于替 Provider 猜
+    # 整段就是一个调用：端点没把它解析成 tool_calls。只报告，从不从文字里解析、执行（那是替它猜）
     if looks_like_tool_call_text(text):
-        what = f"模型把调用写成了文字（或模板标记），端点没有把它变成 tool_calls：{clip(text, 120)}"
+        what = f"模型把调用写成了文字，端点没有把它变成 tool_calls：{clip(text, 120)}"
         raise AgentStop(PROVIDER, what, HINT_CALL_AS_TEXT)
     return text
-
-
-# 同一个 choice 的两个字段必须一致：message.tool_calls 说 Model 要调用什么，finish_reason 说
-# Provider 为什么停止生成：stop 自然结束；tool_calls 停下来等工具结果；length 撞上 Token 上限
-# 被截断；content_filter 被内容过滤。截断或过滤的生成里，调用的 arguments 可能只写了一半，绝不执行。
-# stop 配 Tool Call 却是无害的常见行为（OpenAI 在 tool_choice 指定函数时就这样回，Gemini、SGLang
-# 也常见）：生成是自然结束的，每个调用照样要过 id、type、JSON 和 Router 的检查，所以照常执行。
-# 与课文片段不同：stop 配 Tool Call 照常执行（课文的片段会停下）；回复先过全部检查才写入
-# 历史（被拒收的不留下，只挂在 AgentStop.refused 上给人看）；空回答、拒答、写成文字的调用
-# 不算 Final：它们没有回答问题。
 
 
 def run_agent(client: object, model: str, user_text: str, messages: list | None = None) -> str:
     """最多发 MAX_STEPS 次模型请求，返回最终回答；传入 messages 可在外面看到历史。"""
     messages = [] if messages is None else messages
     messages.append({"role": "user", "content": user_text})
-    step, last_ok, reply = 0, "Harness 已就绪，user 消息已写入历史", None
-    try:
+    with Trail() as trail:
         for step in range(1, MAX_STEPS + 1):
-            try:
-                response = client.chat.completions.create(
-                    model=model, messages=messages, tools=TOOLS
-                )
-            except Exception as error:  # 连接、超时、HTTP 错误都从 SDK 这里抛出
-                raise explain_request_failure(error) from None
-            last_ok = f"step {step}: 收到 HTTP 响应"
-            check_response_shape(response)  # 缺字段、不是文本的响应没法原样回传，也没法交给 Router
+            trail.step = step
+            # 连不上、超时、HTTP 错误：第三部分的 make_client 给的客户端把它们翻译成 AgentStop
+            response = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+            trail.last_ok = f"step {step}: 收到响应"
+            trail.pending = response  # 通过全部检查、写进历史之前，它都是“被拒收的那条响应”
+            check_response_shape(response)  # 没有 choices[0]、字段不是能原样回传的文本：停下
             choice = response.choices[0]
-            message, finish_reason = choice.message, getattr(choice, "finish_reason", None)
-            tool_calls, reply = message.tool_calls or [], assistant_message_from_api(message)
-            print(f"step {step}: finish_reason={shown_value(finish_reason)}")
-            if not tool_calls:
-                if finish_reason != "stop":  # length、content_filter、空的 tool_calls 都不是 Final
-                    raise explain_finish_reason(finish_reason, with_tool_calls=False)
+            message = choice.message
+            print(f"step {step}: finish_reason={shown_value(choice.finish_reason)}")
+            reply = assistant_message_from_api(message)
+            if not message.tool_calls:
+                if choice.finish_reason != "stop":  # length、content_filter 都不是 Final
+                    raise unnatural_end(choice.finish_reason, with_tool_calls=False)
                 answer = final_answer(message)
                 messages.append(reply)
                 return answer
-            # 有 Tool Call 时只认两种自然结束；length、content_filter 截下的参数可能只有一半
-            if finish_reason not in ("tool_calls", "stop"):
-                raise explain_finish_reason(finish_reason, with_tool_calls=True)
-            ids = [getattr(call, "id", None) for call in tool_calls]
+            if choice.finish_reason not in ("tool_calls", "stop"):
+                raise unnatural_end(choice.finish_reason, with_tool_calls=True)
+            ids = [getattr(call, "id", None) for call in message.tool_calls]
             if not all(ids) or len(set(ids)) < len(ids):  # 缺 id 或重复，结果就无法配对
                 raise AgentStop(PROVIDER, "Tool Call 缺少 id 或 id 重复", HINT_ENDPOINT)
-            if len(tool_calls) > MAX_TOOL_CALLS:
-                raise AgentStop(HARNESS, f"一次要执行 {len(tool_calls)} 个调用", HINT_TOO_MANY)
+            if len(ids) > MAX_TOOL_CALLS:
+                raise AgentStop(HARNESS, f"一次要执行 {len(ids)} 个调用", HINT_TOO_MANY)
             messages.append(reply)  # 先存 assistant：每条 Tool Result 都要回答历史里已有的调用
-            for call in tool_calls:
+            trail.pending = None
+            for call in message.tool_calls:
                 result = execute_tool(call)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-                name, call_id = clip(call.function.name, 60), clip(call.id, 80)
-                print(f"step {step}: {name} call_id={call_id} result={result}")
-                last_ok = f"step {step}: {call_id} 的 Tool Result 已写入历史"
+                name = clip(call.function.name, 60)
+                shown_id = clip(call.id, 80)
+                print(f"step {step}: {name} call_id={shown_id} result={result}")
+                trail.last_ok = f"step {step}: {shown_id} 的 Tool Result 已写入历史"
         raise AgentStop(HARNESS, f"超过最大步骤数：{MAX_STEPS}", HINT_MAX_STEPS)
-    except AgentStop as stop:
-        stop.step, stop.last_ok = step, last_ok
-        stop.refused = None if any(kept is reply for kept in messages) else reply
-        raise
 
 
 # ---- §5 tool_call_id 为什么不能丢 ----
-# 一次回复可以同时要好几个调用；结果交回去时，靠 tool_call_id 对上是哪一个，就像订单号。
-# 本课的历史只有三种角色：user 提问，assistant 说话或下单，tool 带着 id 交回结果。system 与
-# developer 角色放开发者指令，本课用不上；工具定义不进历史，放在请求顶层的 tools 参数里。
-# Anthropic 的 Messages API 用 tool_use/tool_result 内容块表达同一件事，两边的字段不能混用。
-
-
-def pairing_problems(messages: list) -> list:
-    """OpenAI 的配对规则：tool 消息回答前一条 assistant 的调用，每个调用恰好回答一次。"""
-    problems, open_ids = [], []
-    for message in messages:
-        if message["role"] == "tool":
-            if message.get("tool_call_id") in open_ids:
-                open_ids.remove(message["tool_call_id"])
-            else:
-                problems.append(f"结果 {message.get('tool_call_id')!r} 没有对应的调用")
-            continue
-        problems += [f"调用 {call_id!r} 没有结果" for call_id in open_ids]
-        open_ids = [call["id"] for call in message.get("tool_calls", [])]
-    return problems + [f"调用 {call_id!r} 没有结果" for call_id in open_ids]
+# 一次回复可以同时要好几个调用，结果靠 tool_call_id 对上是哪一个，就像订单号。本课的历史只有
+# 三种角色：user 提问，assistant 说话或下单，tool 带着 id 交回结果（system、developer 放开发者
+# 指令，工具定义放在请求顶层的 tools 里）。Anthropic 的 tool_use/tool_result 内容块是另一套协议。
 
 
 # ---- §6 运行与自检 ----
-# 先跑 --self-check（自检）：它用假的响应只验证本地代码（Router、参数校验、id 配对、控制流），
-# 不碰 SDK、网络、Provider 和真实模型，所以证明不了 key 对、端点对、模型真会调用工具。
-# 在线运行只用三个环境变量：OPENAI_API_KEY、OPENAI_MODEL，第三方端点才要的 OPENAI_BASE_URL
-# （不读本地登录文件；SDK 只拿到这里明确交给它的值），请求要走过整条调用链：
-#   Harness → SDK/网络 → Provider → Model
-#                                   ↓
-#   Tool  ←  Router  ←  Assistant(tool_calls)
-# 出错时沿链找“最后一个成功事件”和“第一个失败事件”：AgentStop 的 link 是失败的那一环，last_ok
-# 是它之前最后成功的一步。例如第一次请求 Provider 就回“模型不支持 tools”：multiply() 根本还没
-# 运行过，该查模型能力、模型名、端点路径，而不是去改工具。
+# --self-check 用假的响应只验证本地代码（Router、参数校验、id 配对、控制流），证明不了 key、端点、
+# 模型对不对。在线运行只读 OPENAI_API_KEY、OPENAI_MODEL 和第三方端点才要的 OPENAI_BASE_URL。出错时
+# 沿调用链 Harness → SDK/网络 → Provider → Model → Assistant(tool_calls) → Router → Tool 找最后
+# 一个成功事件（last_ok）和失败的一环（link）：第一次请求就被回“不支持 tools”，就不用去改工具。
 
 
 # ---- §7 下一课从哪里接上 ----
-# 到这里 messages 已是完整的一轮，却只活在进程内存里：进程一退出就没了；这个 Loop 也没有输入
-# 预算、摘要或长期记忆。要接着跑，先把消息存成 Session，再用 Checkpoint 记下跑到哪一步。若进程
-# 恰好在 Tool Result 产生后崩溃，结果还没存下，重启后无从知道工具是否已经执行过：对发邮件、扣款
-# 这类有外部副作用的工具，就要用 Execution Ledger 记下实际执行过什么，并让重试保持幂等（同一个
-# 业务请求重试多少次，副作用都只发生一次）。
-# 乘法算几遍都一样，本课用不上后两样。
+# messages 只活在进程内存里，进程一退出就没了（--demo 场景 4 用同一个列表接着问，一轮 Turn 变成
+# 8 条消息的会话）。要恢复这组消息和运行进度，先要 Session 或 Checkpoint；只有工具会发邮件、付款、
+# 写文件，且崩溃后无法确认是否执行过时，才进一步需要 Execution Ledger、幂等或人工核对。乘法不用。
 
 
 # ======================== 第二部分：自检与演示 ========================
@@ -322,6 +331,11 @@ def fake_response(finish_reason: object, content: object = None, tool_calls: obj
     return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason=finish_reason)])
 
 
+def fake_turn(call_id: str, arguments: str = '{"a":248,"b":15}') -> object:
+    """模型要调用一次 multiply 的响应。"""
+    return fake_response("tool_calls", tool_calls=[fake_call(call_id, arguments)])
+
+
 class FakeClient:
     """按顺序返回预设响应，并记下每次请求的 JSON 快照（SDK 也在调用时序列化）。"""
 
@@ -331,6 +345,7 @@ class FakeClient:
 
     def create(self, **request: object) -> object:
         self.requests.append(json.loads(json.dumps(request)))
+        expect(self.responses, f"预设的响应用完了：Loop 发出了第 {len(self.requests)} 次请求")
         return self.responses.pop(0)
 
 
@@ -347,6 +362,7 @@ def run_fake(*responses: object) -> tuple:
 
 
 ANSWER, RESULT_3720 = "248 乘以 15 等于 3720。", '{"status":"completed","result":3720}'
+CODE_AS_ARGUMENT = '{"a":"__import__(\'os\').system(\'ls\')","b":15}'  # §2：模型把一句代码当参数
 
 
 def check_multiply() -> None:
@@ -359,19 +375,16 @@ def check_multiply() -> None:
         raise AssertionError(f"multiply({a!r}, {b!r}) 应被拒绝")
 
 
-def check_schema() -> None:
+def check_schema_and_router() -> None:
     parameters = TOOLS[0]["function"]["parameters"]
     integer = {"type": "integer"}
     expect(parameters["properties"] == {"a": integer, "b": integer}, "a、b 都应是 integer")
     expect(sorted(parameters["required"]) == ["a", "b"], "a、b 都应是必填")
     expect(parameters.get("additionalProperties") is False, "Schema 应禁止多余字段")
-
-
-def check_router() -> None:
     ok = execute_tool(fake_call("call_1"))
     expect(ok == RESULT_3720, f"成功结果应是紧凑 JSON，实际 {ok}")
     bad = ['{"a":248,"b":15,"c":1}', '{"a":248}', '{"a":1,"a":248,"b":15}', '{"a":248,', "[1, 2]"]
-    bad += ["", '{"a":"248","b":15}', '{"a":true,"b":15}', "[" * 100_000]
+    bad += ["", '{"a":"248","b":15}', '{"a":true,"b":15}', "[" * 100_000, CODE_AS_ARGUMENT]
     for arguments in bad:
         result = json.loads(execute_tool(fake_call("call_x", arguments)))
         expect(result["status"] == "error", f"{arguments[:30]} 应得到受控错误，实际 {result}")
@@ -380,15 +393,7 @@ def check_router() -> None:
 
 
 def check_happy_path() -> None:
-    article = [
-        "step 1: finish_reason=tool_calls",
-        f"step 1: multiply call_id=call_1 result={RESULT_3720}",
-        "step 2: finish_reason=stop",
-    ]
-    outcome, client, messages, lines = run_fake(
-        fake_response("tool_calls", tool_calls=[fake_call("call_1")]),
-        fake_response("stop", content=ANSWER),
-    )
+    outcome, client, messages, lines = run_fake(fake_turn("call_1"), fake_response("stop", ANSWER))
     expect(outcome == ANSWER and len(client.requests) == 2, f"应两次请求后得到回答：{outcome}")
     expect(set(client.requests[0]) == {"model", "messages", "tools"}, "请求只带三个参数")
     sent = client.requests[1]["messages"][-1]
@@ -396,32 +401,29 @@ def check_happy_path() -> None:
     expect(sent == want, f"第二次请求应带 call_1 的结果 3720，实际 {sent}")
     roles = [m["role"] for m in messages]
     expect(roles == ["user", "assistant", "tool", "assistant"], f"消息序列不对：{roles}")
-    expect(messages[1]["content"] == "", "content 为 null 时应存成空字符串")
+    call_line = f"step 1: multiply call_id=call_1 result={RESULT_3720}"
+    article = ["step 1: finish_reason=tool_calls", call_line, "step 2: finish_reason=stop"]
     expect(lines == article, f"步骤行与课文不同：{lines}")
 
 
 def check_pairing() -> None:
     two_calls = [fake_call("call_1"), fake_call("call_2", '{"a":6,"b":7}')]
-    _, _, messages, _ = run_fake(
-        fake_response("tool_calls", tool_calls=two_calls), fake_response("stop", content="好")
+    _, client, _, _ = run_fake(
+        fake_response("tool_calls", tool_calls=two_calls), fake_response("stop", "好")
     )
-    pairs = [(m["tool_call_id"], json.loads(m["content"])["result"]) for m in messages[2:4]]
-    expect(pairs == [("call_1", 3720), ("call_2", 42)], f"并行调用应按 id 配对：{pairs}")
-    expect(pairing_problems(messages) == [], f"历史应能配对：{pairing_problems(messages)}")
-    lost = [*messages[:2], {**messages[2], "tool_call_id": ""}, *messages[3:]]
-    expect(len(pairing_problems(lost)) == 2, "丢了 tool_call_id 的历史应被查出来")
+    results = client.requests[1]["messages"][2:]
+    pairs = [(m["tool_call_id"], json.loads(m["content"])["result"]) for m in results]
+    expect(pairs == [("call_1", 3720), ("call_2", 42)], f"结果应按 tool_call_id 配对：{pairs}")
 
 
 def check_finish_reasons() -> None:
     calls = [fake_call("call_1")]
-    outcome, client, _, lines = run_fake(
-        fake_response("stop", tool_calls=calls), fake_response("stop", content=ANSWER)
-    )
+    stop_with_calls = fake_response("stop", tool_calls=calls)
+    outcome, client, _, lines = run_fake(stop_with_calls, fake_response("stop", ANSWER))
     expect(
         outcome == ANSWER and len(client.requests) == 2, f"Tool Call + stop 应照常执行：{outcome}"
     )
     expect(lines[0] == "step 1: finish_reason=stop", f"步骤行应显示真实的 finish_reason：{lines}")
-    harmony = "<|channel|>commentary to=functions.multiply <|constrain|>json<|message|>{}<|call|>"
     cases = {
         "finish_reason=length": fake_response("length", content="248 乘以 15 等于"),
         "finish_reason=content_filter": fake_response("content_filter", content="..."),
@@ -435,19 +437,19 @@ def check_finish_reasons() -> None:
         "空回答": fake_response("stop", content=" \u200b"),
         "只有 think 块": fake_response("stop", content="<think>3720</think>"),
         "写成文字的调用": fake_response("stop", content='{"name":"multiply","arguments":{}}'),
-        "Harmony 标记写的调用": fake_response("stop", content=harmony),
     }
-    for label, response in cases.items():
-        outcome, client, messages, _ = run_fake(response)
+    for label, response in cases.items():  # 第二条预设回答只在 Loop 错误地接着请求时才用得上
+        outcome, client, messages, _ = run_fake(response, fake_response("stop", ANSWER))
         expect(isinstance(outcome, AgentStop), f"{label} 应停下 Loop，实际返回 {outcome!r}")
         expect(len(messages) == 1 and len(client.requests) == 1, f"{label} 不应执行或记入任何东西")
 
 
 def check_max_steps() -> None:
-    responses = [fake_response("tool_calls", tool_calls=[fake_call(f"call_{n}")]) for n in range(9)]
-    outcome, client, messages, _ = run_fake(*responses, *responses)
-    reason = getattr(outcome, "reason", "")
-    expect(reason == f"超过最大步骤数：{MAX_STEPS}", f"应停在步数上限：{outcome}")
+    outcome, client, messages, _ = run_fake(*[fake_turn(f"call_{n}") for n in range(2 * MAX_STEPS)])
+    expect(
+        getattr(outcome, "reason", "") == f"超过最大步骤数：{MAX_STEPS}",
+        f"应停在步数上限：{outcome}",
+    )
     expect(len(client.requests) == MAX_STEPS, f"应正好发出 {MAX_STEPS} 次请求")
     last = f"call_{MAX_STEPS - 1}"
     expect(messages[-1].get("tool_call_id") == last, "最后一次工具结果应写入本地历史")
@@ -458,11 +460,10 @@ def check_max_steps() -> None:
 def check_provider_fields() -> None:
     signature = {"google": {"thought_signature": "c2lnbmF0dXJl"}}
     call = SimpleNamespace(**vars(fake_call("functions.multiply:0")), extra_content=signature)
-    first = fake_response("tool_calls", content="<think>先乘</think>", tool_calls=[call])
     details = [{"type": "reasoning.encrypted", "data": "b3BhcXVl"}]
-    first.choices[0].message.__dict__.update(
-        reasoning_content="先调用乘法工具", reasoning_details=details, reasoning="私有字段"
-    )
+    private = dict(reasoning_content="先调用乘法工具", reasoning_details=details, reasoning="私有")
+    first = fake_response("tool_calls", content="<think>先乘</think>", tool_calls=[call])
+    first.choices[0].message.__dict__.update(private)
     final = fake_response("stop", content="<think>写出结果</think>\n\n" + ANSWER)
     outcome, client, _, lines = run_fake(first, final)
     echoed = client.requests[1]["messages"][1]
@@ -471,21 +472,19 @@ def check_provider_fields() -> None:
     expect(echoed["tool_calls"][0].get("extra_content") == signature, "extra_content 应原样回传")
     expect(echoed["content"] == "<think>先乘</think>", "content 应原样回传，think 块也不动")
     expect("reasoning" not in echoed, "其他私有字段不应回传")
-    expect(echoed["tool_calls"][0]["id"] == "functions.multiply:0", "id 应原样回传")
     expect(outcome == ANSWER, f"打印的回答应去掉 think 块：{outcome!r}")
     expect(not any("先" in line or "b3Bh" in line for line in lines), "推理不应打印")
 
 
 SELF_CHECKS = [
     ("multiply 拒绝 bool、字符串、小数、None 和超范围的值", check_multiply),
-    ("Schema：a、b 都是 integer、都必填，不许多余字段", check_schema),
-    ("Router 把坏 JSON、多余/缺少/重复的键、未知工具变成受控错误", check_router),
+    (
+        "Schema 只许整数 a、b；Router 把坏 JSON、多余或重复的键、代码、未知工具变成受控错误",
+        check_schema_and_router,
+    ),
     ("两次请求跑通，第二次请求带 call_1 与 3720", check_happy_path),
     ("并行的两个 Tool Call 按 tool_call_id 配对", check_pairing),
-    (
-        "Tool Call + stop 照常执行；length、矛盾、缺 id、不是回答的回答：都停下",
-        check_finish_reasons,
-    ),
+    ("Tool Call + stop 照常执行；截断、过滤、缺 id、不是回答的回答：都停下", check_finish_reasons),
     ("MAX_STEPS 限制请求次数，最后的结果不发给模型", check_max_steps),
     ("Provider 要求带回的字段原样回传，推理不打印", check_provider_fields),
 ]
@@ -496,7 +495,7 @@ def self_check() -> int:
     for number, (name, check) in enumerate(SELF_CHECKS, start=1):
         try:
             check()
-        except Exception as error:  # 意外的异常同样说明这一项没通过
+        except AssertionError as error:  # 别的异常是代码自己的 bug：main 连 traceback 一起打印
             print(f"[{number}/{len(SELF_CHECKS)}] 失败：{name}：{error}", file=sys.stderr)
             print("self-check failed", file=sys.stderr)
             return EXIT_STOPPED
@@ -507,26 +506,31 @@ def self_check() -> int:
 
 def demo() -> int:
     """没有 API Key 也能看 Loop 真跑：把与 SDK 同形的预设响应喂给真正的 run_agent。"""
-
-    answer = fake_response("stop", content=ANSWER)
-    right = fake_response("tool_calls", tool_calls=[fake_call("call_1")])
-    wrong = fake_response("tool_calls", tool_calls=[fake_call("call_1", '{"a":"248","b":15}')])
-    fixed = fake_response("tool_calls", tool_calls=[fake_call("call_2")])
+    article = [fake_turn("call_1"), fake_response("stop", ANSWER)]
+    as_data = [fake_turn("call_1", CODE_AS_ARGUMENT), fake_turn("call_2", '{"a":"248","b":15}')]
+    as_data += [fake_turn("call_3"), article[1]]
     cut = fake_response("length", tool_calls=[fake_call("call_1", '{"a":248,"b')])  # 只生成了一半
-    scenes = {
-        "§4 课文的一轮：两次请求，中间执行一次工具": [right, answer],
-        '§3 参数写错（"248"）：错误作为 Tool Result 交回，模型改正': [wrong, fixed, answer],
-        "§4 Tool Call 被 length 截断：Loop 停下，一个工具都不执行": [cut],
-    }
-    for number, (title, responses) in enumerate(scenes.items(), start=1):
+    again = [fake_turn("call_2", '{"a":3720,"b":2}'), fake_response("stop", "再乘以 2 是 7440。")]
+    both = [DEFAULT_QUESTION, "再乘以 2 呢？"]
+    scenes = [  # (标题, 依次问的问题, 预设的响应)；同一场景的几个问题共用一个 messages
+        ("§4 课文的一轮：两次请求，中间执行一次工具", [DEFAULT_QUESTION], article),
+        ('§2–§3 参数只是数据：一句代码、字符串 "248" 都作为错误交回', [DEFAULT_QUESTION], as_data),
+        ("§4 Tool Call 被 length 截断：Loop 停下，一个工具都不执行", [DEFAULT_QUESTION], [cut]),
+        ("§7 在同一个 messages 上接着问：一轮 Turn 变成一段会话", both, [*article, *again]),
+    ]
+    for number, (title, questions, responses) in enumerate(scenes, start=1):
         print(f"{'' if number == 1 else chr(10)}== 场景 {number}/{len(scenes)}：{title}")
-        messages = []
-        try:
-            print("Agent> " + run_agent(FakeClient(*responses), "demo", DEFAULT_QUESTION, messages))
-        except AgentStop as stop:
-            report(stop, {}, file=sys.stdout)
-        if number == 1:
+        client, messages = FakeClient(*responses), []
+        for question in questions:
+            try:
+                print("Agent> " + run_agent(client, "demo", question, messages))
+            except AgentStop as stop:
+                report(stop, {}, file=sys.stdout)
+        if number == 1:  # 课文的一轮：四条消息
             print(json.dumps(messages, ensure_ascii=False, indent=2))
+    for message in messages:  # 最后一个场景：同一个列表里的两轮，一条消息一行
+        print(json.dumps(message, ensure_ascii=False))
+    print(f"这 {len(messages)} 条消息只在内存里；下一课从这里接上：存成 Session 或 Checkpoint")
     return EXIT_OK
 
 
@@ -535,11 +539,14 @@ def demo() -> int:
 
 
 # ======================== 第三部分：附录——真实世界的防护 ========================
+# 几套机制，各在自己的横幅下。给人看的一切只过 redact() 一道关；请求失败只翻译外部世界的失败，
+# 别的异常都是 bug，main 连 traceback 打印；每个环境变量查一次，说出错在哪；代理只由 httpx 决定。
 
-# ---- 文字与终端：模型和 Provider 送来的字符串，打印或回传之前先过这几道关 ----
-SECRETS: list = []  # check_config() 登记 API Key；任何输出都先遮住它
+# ---- 文字：外来的值变成有界的一行；给人看之前一律经过 redact() ----
 # 能操纵终端的字符：C0（换行、制表符除外）、DEL、C1（如 U+009B CSI）、双向文字控制符
 TERMINAL_UNSAFE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+NEVER_SHOWN = (*ECHOED_MESSAGE_FIELDS, *ECHOED_CALL_FIELDS, "reasoning", "thinking")
+MISSING = "（缺失）"
 
 
 def json_type_name(value: object) -> str:  # 错误交回模型：说 JSON 的类型名，不说 Python 的
@@ -547,24 +554,11 @@ def json_type_name(value: object) -> str:  # 错误交回模型：说 JSON 的�
     return "空值 null" if value is None else names.get(type(value), f"「{type(value).__name__}」")
 
 
-def made_safe(text: str) -> str:
-    """遮住已登记的 API Key，把能操纵终端的字符写成 \\u001b 这样的转义（看得见，却不起作用）。"""
-    for secret in SECRETS:
-        text = text.replace(secret, "***")
-    return re.sub(TERMINAL_UNSAFE, lambda match: f"\\u{ord(match[0]):04x}", text)
-
-
 def clip(value: object, limit: int = 200) -> str:
-    """把任意外来的值变成有界的一行：换行变空格，遮 key、转义控制字符，最后才截断。"""
+    """任意外来的值变成有界的一行（换行变空格，孤立的代理字符写成 \\ud800），长了就截断。"""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    text = made_safe(re.sub(r"[\t\n\r]+", " ", text)).strip()
+    text = re.sub(r"[\t\n\r]+", " ", text.encode("utf-8", "backslashreplace").decode()).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def without_password(url: str) -> str:
-    """地址照原样显示，只把 用户名:密码@ 换成 ***@；少了 // 或协议也一样。"""
-    return clip(re.sub(r"^([A-Za-z][\w+.-]*:/*)?.*@", r"\1***@", url, flags=re.S), 120)
 
 
 def shown_value(value: object) -> str:
@@ -577,57 +571,86 @@ def is_text(value: object) -> bool:
     return isinstance(value, str) and value.encode("utf-8", "replace").decode() == value
 
 
-# 聊天模板的标记：<|channel|>（gpt-oss 的 Harmony）、<｜tool▁calls▁begin｜>（DeepSeek）、<tool_call>
-TEMPLATE_MARKUP = (
-    r"<\|[^<>|]{1,40}\|>|<｜[^<>｜]{1,40}｜>|</?tool_call>|\[/?tool_calls\]|<function=|</function>"
-)
-DEFINITION_KEYS = {"description", "properties", "required"}  # 工具定义，不是调用
-# 回答本身是没被解析的调用时的样子。只看开头和结尾：正文里提到 <tool_call>、举个 JSON 例子都还是回答
-CALL_TEXT_PATTERNS = (
-    rf"^(?:{TEMPLATE_MARKUP})|(?:{TEMPLATE_MARKUP})$",  # 以模板标记开头或结尾
-    r"(?m)^(?:```|~~~)\s*\w*(?:tool|function)\w*\s*$",  # 标着 tool 或 function 的代码块
-    r"(?m)^\s*Action\s*Input\s*:",  # ReAct 的文字格式：Action / Action Input
-    r"^\[?[A-Za-z_]\w*\([^()]*\)\]?\Z",  # multiply(248, 15)、[multiply(a=2, b=3)]
-)
+def text_of(content: object) -> str:
+    """content 里的文字：字符串本身，或一串片段里 type 为 text 的那些（thinking 片段是推理）。"""
+    parts = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+    return "".join(part["text"] for part in parts if part["type"] == "text")
 
 
-def looks_like_tool_call_text(text: str) -> bool:
-    """符合上表，或整段、最后几段之一以 { 或 [ 开头（可带围栏），顶层键里有函数名和参数。"""
-    text = text.strip()
-    if any(re.search(pattern, text, re.I) for pattern in CALL_TEXT_PATTERNS):
-        return True
-    for start in [0, *[m.start() for m in re.finditer(r"(?m)^(?:```|~~~|\{|\[)", text)][-3:]]:
-        block = re.sub(r"^(?:```|~~~)[\w-]*|(?:```|~~~)$", "", text[start:]).strip()
-        try:
-            value = json.loads(block)
-        except (ValueError, RecursionError):  # 写坏的 JSON：只看开头第一个键和前几百个字符
-            head = block[:600] if re.match(r"""[\[\s]*\{+\s*["']?\w+["']?\s*:""", block) else ""
-            keys = set(re.findall(r"""["'](\w+)["']\s*:""", head))
-        else:
-            value = value.get("tool_calls", value) if isinstance(value, dict) else value
-            value = value[0] if isinstance(value, list) and value else value
-            inner = value.get("function") if isinstance(value, dict) else None
-            value = inner if isinstance(inner, dict) else value  # "function": "multiply" 也算
-            keys = set(value) if isinstance(value, dict) else set()
-        named = keys & {"name", "tool_name", "function"}
-        if named and keys & {"arguments", "parameters", "args"} and not keys & DEFINITION_KEYS:
-            return True
-    return False
+def provider_text(body: object) -> str:
+    """Provider 的原话：拆开 [...]、{"error": ...} 和 OpenRouter 的 metadata.raw；网页取标题。"""
+    body = body[0] if isinstance(body, list) and body else body  # Gemini 把错误包在列表里
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if not isinstance(inner, dict):
+            return clip(inner)
+        said, raw = clip(inner.get("message") or inner), (inner.get("metadata") or {}).get("raw")
+        try:  # noqa: SIM105  raw 常是一段 JSON 文本，也可能只是文字
+            raw = json.loads(raw)
+        except (TypeError, ValueError, RecursionError):
+            pass
+        return clip(f"{said}：{provider_text(raw)}") if raw else said
+    if not isinstance(body, str):
+        return clip(body)
+    head = body[:4000] + ("…" if len(body) > 4000 else "")  # 只看开头：找标题的工作量有上限
+    title = re.search(r"(?is)<title>(.*?)(?:</title>|$)", head)
+    page = title[1] if title else head
+    text = " ".join(re.sub(r"<[^<>]*(>|$)", " ", page).replace("<", " ").split())
+    if text or not body.strip():
+        return clip(text) or "（空响应体）"
+    return f"（{len(body)} 个字符的响应体里没有可读的文字）"
+
+
+def redact(text: str, secrets: set) -> str:
+    """给人看之前的唯一一道关：每个秘密（原样、JSON、URL 编码、换行折成空格的写法，也包括截断处
+    “…”前的半个）和地址里的 用户名:密码@ 都换成 ***；能操纵终端的字符写成 \\u001b 这样的转义。"""
+    from urllib.parse import quote
+
+    for secret in sorted(secrets, key=len, reverse=True):
+        for form in {secret, json.dumps(secret)[1:-1], quote(secret, safe=""), clip(secret, 10**9)}:
+            text = text.replace(form, "***")
+            for size in range(len(form) - 1, 7, -1):  # 从长到短：半个 key 也是泄露
+                text = text.replace(form[:size] + "…", "***…")
+    text = re.sub(r"\b([A-Za-z][\w+.-]*://)[^\s/@]+@", r"\1***@", text)
+    return re.sub(TERMINAL_UNSAFE, lambda match: f"\\u{ord(match[0]):04x}", text)
+
+
+def for_display(value: object, key: str = "") -> object:
+    """给人看的历史或响应：推理和签名只写“（已省略）”，content 开头的推理块也一样。"""
+    if isinstance(value, (list, dict)):
+        pairs = value.items() if isinstance(value, dict) else enumerate(value)
+        tidy = {k: "（已省略）" if k in NEVER_SHOWN else for_display(v, k) for k, v in pairs}
+        return tidy if isinstance(value, dict) else list(tidy.values())
+    if key == "content" and isinstance(value, str) and without_reasoning(value) != value.lstrip():
+        return "<think>（已省略）</think>" + without_reasoning(value)
+    return value
+
+
+def plain(value: object) -> object:
+    """SDK 的响应对象、自检的 SimpleNamespace 变成 dict 与 list；类型不对的字段也照样交出来。"""
+    fields = lambda o: o.to_dict(warnings=False) if hasattr(o, "to_dict") else vars(o)  # noqa: E731
+    return json.loads(json.dumps(value, default=fields))
+
+
+def as_json(value: object) -> str:
+    """印给人看的 JSON：推理和签名照 for_display() 省略。"""
+    return json.dumps(for_display(plain(value)), ensure_ascii=False, indent=2)
 
 
 class SafeOutput:
-    """包住 stdout/stderr：遮 key、转义终端控制字符；写不出去（管道关了、磁盘满了）就记下来。
-    写 stderr 之前先冲刷 stdout：两路合进一个管道（2>&1 | tee）时，行的先后就是事情的先后。"""
+    """包住 stdout/stderr：每个字先过 redact()；写不出去（管道关了、磁盘满了）就记下来。写 stderr
+    之前先冲刷 stdout：两路合进一个管道（2>&1 | tee）时，行的先后就是事情的先后。"""
 
-    def __init__(self, stream: object, flush_first: object = None):
-        self.stream, self.failed, self.flush_first = stream, stream is None, flush_first
-        self.encoding, self.status_width = getattr(stream, "encoding", None) or "utf-8", 0
+    def __init__(self, stream: object, secrets: set, flush_first: object = None):
+        self.stream, self.secrets, self.flush_first = stream, secrets, flush_first
+        self.failed, self.status_width = stream is None, 0
 
     def write(self, text: str) -> int:
         self.status("")  # 临时状态行先擦掉，再写真正的输出
         getattr(self.flush_first, "flush", bool)()
-        text = made_safe(text.replace("\r\n", "\n"))  # Windows 换行照常显示，单独的 \r 才转义
-        self._try("write", text.encode(self.encoding, "backslashreplace").decode(self.encoding))
+        text = redact(text.replace("\r\n", "\n"), self.secrets)  # 单独的 \r 才转义
+        encoding = getattr(self.stream, "encoding", None) or "utf-8"
+        self._try("write", text.encode(encoding, "backslashreplace").decode(encoding))
         return len(text)
 
     def flush(self) -> None:
@@ -648,173 +671,211 @@ class SafeOutput:
             self.failed = True
 
 
-# ---- 响应与失败：把 finish_reason、SDK 的异常和 Provider 的错误体翻译成能照着查的一行 ----
-HINT_ENDPOINT = "这个端点的响应与 OpenAI 协议不一致，Harness 不会替它猜；换模型或端点再试"
-HINT_BASE_URL = "检查 OPENAI_BASE_URL 是否指向 API（通常以 /v1 结尾），以及 Provider 的原话"
-HINT_MAX_STEPS = "模型一直在调用工具；检查问题、模型能力，以及工具错误是否反复出现"
-HINT_TOO_MANY = f"上限是 {MAX_TOOL_CALLS}，一个都没执行；这个端点或模型的输出不正常，换一个再试"
-HINT_URL_FORM = "只写协议、主机、端口和路径，例如 http://127.0.0.1:11434/v1"
-HINT_INSTALL = (
-    "先激活 README 第 2 步建的虚拟环境（. .venv/bin/activate，Windows 是 .venv\\Scripts\\"
-    'Activate.ps1），还没建就照第 2 步建；或在虚拟环境里 pip install "openai>=1.109.1,<4"'
-)
-HINT_REFUSAL = "换一种问法，或查看 Provider 的内容策略"
-HINT_EMPTY_ANSWER = "再问一次；仍为空就换更大的模型，或确认端点支持 Tool Calling"
-HINT_CALL_AS_TEXT = (
-    "Harness 不从文字里解析调用，要让服务端把它解析成 tool_calls：vLLM、SGLang 开 tool-call parser"
-    "（gpt-oss 的 Harmony 格式要新版服务端和它的 parser）；llama.cpp 光加 --jinja 不够，还要"
-    "教对格式的聊天模板：Qwen2.5-Coder 用 templates/qwen2.5-coder-tools.jinja（见 README）；"
-    "Ollama 选带 tools 标签的模型"
-)
-HINT_LENGTH = (
-    "输出上限或上下文窗口：调大 max_tokens（llama-server 的 -n/--n-predict，Ollama 的 "
-    "num_predict），或换上下文更大的模型、缩短问题"
-)
-HINT_PROXY = (  # Clash、V2Ray 常给 socks5:// 代理，httpx 要多装 socksio 才能用
-    "检查 {name}：代理在不在运行、端口和认证对不对（socks5:// 还要 python -m pip install socksio）"
-    "；本机或内网的端点加进 NO_PROXY（如 NO_PROXY=127.0.0.1,localhost），或运行前 unset {name}"
-)
-FINISH_REASONS = {  # finish_reason -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
-    "length": (MODEL, "输出达到 Token 上限被截断", HINT_LENGTH),
-    "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_REFUSAL),
-    "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
-    "function_call": (PROVIDER, "OpenAI 已弃用的旧 functions 协议", HINT_ENDPOINT),
-}
-HTTP_HINTS = {
-    400: "按 Provider 的原话检查请求",
-    401: "检查 OPENAI_API_KEY 是否正确、是否属于 OPENAI_BASE_URL 指向的 Provider",
-    403: "这个 key 无权使用该模型或端点；检查 OPENAI_API_KEY 与账户权限",
-    404: "检查 OPENAI_MODEL 的模型名；OPENAI_BASE_URL 通常要以 /v1 结尾",
-    429: "触发频率限制或额度用完：检查余额与配额，稍后再试",
-    500: "Provider 服务端出错：稍后再试",
-}
-# Ollama、vLLM、llama.cpp、OpenRouter 等说“不支持工具”时的原话片段
-NO_TOOLS_PHRASES = ("does not support tools", "unsupported param: tools", "tool choice requires")
-NO_TOOLS_PHRASES += ("tools param requires", "support tool use", "does not support function call")
-HINT_NO_TOOLS = (
-    "这个模型或端点不支持 Tool Calling：换支持 tools 的模型（vLLM 要开启自动工具选择，"
-    "llama.cpp 要加 --jinja）；multiply() 还没运行过，不要去改工具"
-)
-NETWORK_FAILURES = [  # 没有 HTTP 状态码的失败，按异常链里的字样认出原因
-    rule.split(" | ")  # 字样 | 原因 | 建议：从上往下先命中的算数，最后的 .* 兜底
-    for rule in """\
-CERTIFICATE_VERIFY_FAILED | TLS 证书校验失败 | 检查 SSL_CERT_FILE、SSL_CERT_DIR，或 unset 它们
-SSL|handshake | TLS 握手失败：这个端口说的多半是 http | 本地服务用 http://，别写成 https://
-TooManyRedirects | 重定向循环 | 用 curl -I 看 OPENAI_BASE_URL 跳到哪里，改成最终的 API 地址
-MemoryError|new thread|Too many open | 操作系统拒绝了线程、内存或文件 | 放宽 ulimit 后再试
-Protocol|ReadError|Decoding | 连上了服务器，但响应中途断开或无法解码 | 看服务端日志和中间的代理
-Connect | 连不上服务器 | 检查端点的地址、端口和服务是否已启动
-WholeRequest | 请求超时 | 慢或限流（SDK 可能在等 Retry-After）：稍后再试，或调大 OPENAI_TIMEOUT
-Timeout | 请求超时 | 检查网络和服务端；本地模型慢就调大 OPENAI_TIMEOUT（秒）
-.* | 请求失败 | 检查 openai 的版本与网络""".splitlines()
+# ---- 响应：形状说不通就停下并点名字段；认出整段就是一个调用的“回答” ----
+def check_response_shape(response: object) -> None:
+    """没有可用的 choices[0]，或字段不能原样回传，就停在这里；HTTP 200 里的错误转述原话。"""
+    choices = getattr(response, "choices", None)
+    if isinstance(choices, list) and choices and getattr(choices[0], "error", None):  # OpenRouter
+        said = choices[0].error
+        what = f"Provider 在 choices[0].error 里报错：{provider_text(said)}"
+        raise provider_stop(what, None, said)
+    if not isinstance(choices, list) or not choices:  # HTTP 200，却是一张网页或一个错误
+        said = plain(response)
+        said = said[0] if isinstance(said, list) and said else said  # Gemini 的 [{"error": …}]
+        said = said.get("error") if isinstance(said, dict) else said
+        what = f"HTTP 200 里没有回复：{provider_text(said)}" if said else "响应里没有 choices"
+        raise provider_stop(what, None, said, HINT_PAGE if isinstance(said, str) else "")
+    problem = field_problem(choices[0], getattr(choices[0], "message", None))
+    if problem:
+        raise AgentStop(PROVIDER, f"响应没法照 OpenAI 协议读：{problem}", HINT_ENDPOINT)
+
+
+def field_problem(choice: object, message: object) -> str:
+    """第一个缺了、或不能原样回传的字段，说出它的名字和值；都没问题时是空串。"""
+    for owner, name in ((choice, "finish_reason"), (message, "content"), (message, "tool_calls")):
+        if not hasattr(owner, name):
+            return f"choices[0] 里没有 {name}"
+    parts = message.content if isinstance(message.content, list) else [message.content]
+    for number, part in enumerate(parts, start=1):
+        kind = part.get("type") if isinstance(part, dict) else "text"
+        text = part.get("text") if isinstance(part, dict) else part or ""
+        if kind != "thinking" and not (kind == "text" and is_text(text)):
+            return f"content 的第 {number} 段不是文本：{clip(part, 80)}"
+    if not is_text(getattr(message, "reasoning_content", None) or ""):
+        return "reasoning_content 不是文本"
+    if not isinstance(message.tool_calls, (list, type(None))):
+        return f"tool_calls 是{json_type_name(message.tool_calls)}，不是列表"
+    for number, call in enumerate(message.tool_calls or [], start=1):
+        function, where = getattr(call, "function", None), f"第 {number} 个 Tool Call 的"
+        if getattr(call, "type", None) != "function":
+            return f"{where} type 是 {shown_value(getattr(call, 'type', MISSING))}，不是 function"
+        for name in ("name", "arguments"):
+            if not is_text(getattr(function, name, None)):
+                return f"{where} function.{name} 是 {shown_value(getattr(function, name, MISSING))}"
+        if not is_text(getattr(call, "id", None) or ""):
+            return f"{where} id 不是文本"
+    return ""
+
+
+# 整段回答就是一个调用的样子：推理块已去掉，外面最多一层代码围栏，结尾多出的模板标记不算。
+# 模板标记：<|channel|>（gpt-oss 的 Harmony）、<｜tool▁calls▁begin｜>（DeepSeek）、<tool_call> 等
+TEMPLATE_MARKUP = r"<\|[^<>|]{1,40}\|>|<｜[^<>｜]{1,40}｜>|</?tool_call>|\[/?TOOL_CALLS\]"
+TEMPLATE_MARKUP += "|<function="
+NAME_KEYS, ARGUMENT_KEYS = {"name", "tool_name", "function"}, {"arguments", "parameters", "args"}
+
+
+def looks_like_tool_call_text(text: str) -> bool:
+    """以模板标记开头；整段是写着函数名和参数的 JSON；Gemma 的 ```tool_code；Llama 的 [f(a=1)]。
+    前后有正文的 JSON 例子、数学式、代码、末尾多出的模板标记：都还是回答。"""
+    body = re.sub(rf"(?:\s*(?:{TEMPLATE_MARKUP}))+\s*\Z", "", text.strip(), flags=re.I)
+    fence = re.fullmatch(r"(```|~~~)[ \t]*([\w-]*)[ \t]*\n(.*?)\n?[ \t]*\1", body, re.S)
+    if fence and re.fullmatch(r"tool_code|tool_calls?|function_call", fence[2], re.I):
+        return True
+    body = fence[3].strip() if fence else body
+    if re.match(TEMPLATE_MARKUP, body, re.I):
+        return True
+    if re.fullmatch(r"\[\s*[A-Za-z_]\w*\(\s*\w+\s*=.*\)\s*\]", body, re.S):  # [multiply(a=2, b=3)]
+        return True
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    value = value.get("tool_calls", value) if isinstance(value, dict) and len(value) == 1 else value
+    return all(map(is_written_call, value if isinstance(value, list) and value else [value]))
+
+
+def is_written_call(value: object) -> bool:
+    """{"name": "multiply", "arguments": {…}}，或 OpenAI 的 {"type": "function", "function": …}。"""
+    inner = value.get("function") if isinstance(value, dict) else None
+    value = inner if isinstance(inner, dict) and set(value) <= {"id", "type", "function"} else value
+    if not isinstance(value, dict) or set(value) - NAME_KEYS - ARGUMENT_KEYS - {"id", "type"}:
+        return False  # 多出 description、result 之类的键：那是工具定义或结果，不是调用
+    names = [value[key] for key in NAME_KEYS & set(value)]
+    arguments = [value[key] for key in ARGUMENT_KEYS & set(value)]
+    if len(names) != 1 or len(arguments) != 1 or not isinstance(names[0], str):
+        return False
+    shaped = isinstance(arguments[0], dict) or str(arguments[0]).lstrip().startswith("{")
+    return shaped and re.fullmatch(r"[A-Za-z_][\w.-]*", names[0]) is not None
+
+
+# ---- 请求失败：只翻译外部世界的失败；先引用 Provider 的原话，只给知道的建议 ----
+HINT_WORDS = "按上面 Provider 的原话处理"
+HINT_KEY = "检查 OPENAI_API_KEY：是否完整、没过期，是否属于 OPENAI_BASE_URL 那家 Provider（和地区）"
+HINT_BALANCE = "余额、额度或免费额度用完了，或账户欠费：到 Provider 控制台充值或开通付费，或换 key"
+HINT_MODEL = "检查 OPENAI_MODEL：与 Provider 模型列表一字不差、账户已开通；经网关时令牌要有权用它"
+HINT_PATH = "再看 OPENAI_BASE_URL 的路径（多以 /v1 结尾；智谱 /api/paas/v4，火山方舟 /api/v3）"
+HINT_RATE = "触发了频率、并发或用量限制：稍等再试；一直如此就查 Provider 控制台里的限额"
+HINT_NO_TOOLS = "换支持 tools 的模型或端点（vLLM 开自动工具选择，llama.cpp 加 --jinja）；不用改工具"
+HINT_THINKING = "这个模型开着思考时只收流式请求，本课发的是普通请求：换不思考的模型（如 qwen-plus）"
+HINT_ECHO = "脚本已原样带回 Provider 要的推理字段和签名；仍报这个错，多半是中间的网关丢了它们"
+HINT_REGION = "这家 Provider 不向你所在的国家或地区提供服务：换一家（README 里有国内的）"
+HINT_CONTEXT = "超出了模型的上下文或输出长度：缩短问题，或换上下文更大的模型"
+HINT_PAGE = "OPENAI_BASE_URL 多半指向了网页而不是 API：照 Provider 文档填 API 的地址"
+STATUS_HINTS = {401: HINT_KEY, 402: HINT_BALANCE, 404: f"{HINT_MODEL}；{HINT_PATH}", 429: HINT_RATE}
+# Provider 原话（连同错误码、类型；小写，_ 与 %20 当空格）里认得的字样 -> 失败的一环、建议。
+# 不论状态码，从上往下先命中的算数；每一行的出处见 README 的“Provider 的原话与建议”
+KNOWN_WORDS = [
+    ("does not support tools|param: tools|tool choice requires", MODEL, HINT_NO_TOOLS),
+    ("tools param requires|support tool use|not support function call", MODEL, HINT_NO_TOOLS),
+    ("enable thinking|only support stream", MODEL, HINT_THINKING),
+    ("thought signature|reasoning (content|details)|must be passed back", PROVIDER, HINT_ECHO),
+    ("unsupported country|territory not supported", PROVIDER, HINT_REGION),
+    ("insufficient (balance|quota)|balance is insufficient|current quota", PROVIDER, HINT_BALANCE),
+    ("paid balance|arrearage|overdue|good standing|free tier", PROVIDER, HINT_BALANCE),
+    ("quota is not enough|余额不足|欠费|额度", PROVIDER, HINT_BALANCE),
+    ("incorrect api key|invalid (api.key|authentication|token)|login fail", PROVIDER, HINT_KEY),
+    ("api key is invalid|authentication fail|无效的令牌|身份验证失败", PROVIDER, HINT_KEY),
+    ("token ?(非法|已过期)|令牌已过期", PROVIDER, HINT_KEY),
+    ("model not found|does not exist|模型不存在|not found the model", PROVIDER, HINT_MODEL),
+    ("model [^ ]+ (is )?not supported|无可用渠道|no available channel", PROVIDER, HINT_MODEL),
+    ("无权(使用|访问)模型|not activated the model", PROVIDER, HINT_MODEL),
+    ("context length|maximum context|token limit|too long|超长", MODEL, HINT_CONTEXT),
+    ("input length|exceeds max", MODEL, HINT_CONTEXT),
+    ("rate ?limit|too many requests|throttling|limit requests|request limit", PROVIDER, HINT_RATE),
+    ("overloaded|并发|频率|速率限制|访问量过大", PROVIDER, HINT_RATE),
+    ("inappropriate content|data inspection|敏感|high risk", PROVIDER, HINT_POLICY),
+    ("bind your", PROVIDER, HINT_WORDS),  # 魔搭的 401：先绑定阿里云账号，不是 key 错了
 ]
 
 
-def explain_finish_reason(finish_reason: object, with_tool_calls: bool) -> AgentStop:
-    unknown = (PROVIDER, "不是 OpenAI 协议中的值", HINT_ENDPOINT)
-    link, meaning, hint = FINISH_REASONS.get(str(finish_reason), unknown)  # 值也可能是 [] 或 {}
-    shown = clip(json.dumps(finish_reason, ensure_ascii=False, default=repr), 40)
-    if with_tool_calls:
-        what = f"有 Tool Call，但 finish_reason={shown}（{meaning}）：不可信，一个工具都没执行"
-    else:
-        what = f"模型没有正常结束：finish_reason={shown}（{meaning}），不能当成最终回答"
-    return AgentStop(link, what, hint)
-
-
-def check_response_shape(response: object) -> None:
-    """形状检查（不是课文的规则）：有 choices[0]，字段能原样回传，每个调用都是可读的 function。"""
-    choices = getattr(response, "choices", None)
-    if not isinstance(choices, list) or not choices:  # HTTP 200 却没有 choices：转述 Provider 的话
-        said = response[0] if isinstance(response, list) and response else response  # [{"error":…}]
-        said = said if isinstance(said, (str, dict)) else getattr(said, "error", None)
-        page = isinstance(said, str)
-        what = "返回的不是 JSON（可能是一张网页）" if page else "Provider 用 HTTP 200 返回了错误"
-        what = f"{what}：{provider_text(said)}" if said else "响应里没有 choices"
-        raise AgentStop(PROVIDER, what, HINT_BASE_URL)
-    if getattr(choices[0], "error", None):  # OpenRouter：HTTP 200，错误写在 choice 里
-        said = provider_text(choices[0].error)
-        raise AgentStop(PROVIDER, f"Provider 在 choices[0].error 里报错：{said}", HINT_BASE_URL)
-    message = getattr(choices[0], "message", None)
-    calls = getattr(message, "tool_calls", None) or []
-    texts = [getattr(message, "content", None), getattr(message, "reasoning_content", None)]
-    if not (hasattr(message, "content") and hasattr(message, "tool_calls")):
-        raise AgentStop(PROVIDER, "choice 里没有可读的 message", HINT_ENDPOINT)
-    if not isinstance(calls, list) or not all(t is None or is_text(t) for t in texts):
-        raise AgentStop(PROVIDER, "message 的字段不是能原样回传的文本或列表", HINT_ENDPOINT)
-    for index, call in enumerate(calls, start=1):  # 缺 id 留给 run_agent 去拦；id 若有就要是文本
-        function, call_id = getattr(call, "function", None), getattr(call, "id", None)
-        fields = (getattr(function, "name", None), getattr(function, "arguments", None))
-        readable = all(map(is_text, fields)) and (call_id is None or is_text(call_id))
-        if getattr(call, "type", None) != "function" or not readable:
-            what = f"第 {index} 个 Tool Call 不是可读的 function 调用"
-            raise AgentStop(PROVIDER, what, HINT_ENDPOINT)
-
-
-def explain_request_failure(error: Exception) -> AgentStop:
-    """把 SDK 的异常翻译成能照着检查的话；按属性、类名和原话判断，自检时不必导入 openai。"""
-    status, kind = getattr(error, "status_code", None), type(error).__name__
-    cause = error.__cause__ or error  # SDK 把 httpx 的异常包在里面，原话在那里
-    seen = f"{kind}: {error} {type(cause).__name__}: {cause}"
-    detail = f"（{kind}: {clip(str(cause), 120)}）"
-    said = f"HTTP {status}：{provider_text(getattr(error, 'body', None) or str(error))}"
-    pattern, reason, advice = next(rule for rule in NETWORK_FAILURES if re.search(rule[0], seen))
-    via = proxy_for(str(getattr(getattr(error, "request", None), "url", "")))
-    unreachable = status in (407, 502) or (status is None and pattern == "Connect")
-    if via and unreachable:  # 代理挡在中间时，“连不上”和它自己的 407、502 都先怪它
-        what = f"请求没能经代理 {without_password(via[1])}（{via[0]}）送到端点"
-        what += f"：{said}" if status else detail
-        return AgentStop(SDK_NETWORK, what, HINT_PROXY.format(name=via[0]), EXIT_REQUEST_FAILED)
-    if isinstance(status, int):
-        hint = HTTP_HINTS.get(status, HTTP_HINTS[500 if status >= 500 else 400])
-        hint = HINT_NO_TOOLS if any(p in said.lower() for p in NO_TOOLS_PHRASES) else hint
-        return AgentStop(PROVIDER, said, hint, EXIT_REQUEST_FAILED)
-    if isinstance(error, json.JSONDecodeError):
-        what = f"服务器回了 HTTP 200，响应体却不是完整的 JSON（{clip(str(error), 80)}）"
-        return AgentStop(PROVIDER, what, HINT_BASE_URL, EXIT_REQUEST_FAILED)
-    return AgentStop(SDK_NETWORK, reason + detail, advice, EXIT_REQUEST_FAILED)
-
-
-def provider_text(body: object) -> str:
-    """Provider 的原话：拆开 [...]、{"error": ...} 和 OpenRouter 的 metadata.raw；网页取标题。"""
-    body = body[0] if isinstance(body, list) and body else body  # Gemini 兼容端点把错误包在列表里
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if not isinstance(inner, dict):
-            return clip(inner)
-        said, meta = clip(inner.get("message") or inner), inner.get("metadata")
-        raw = meta.get("raw") if isinstance(meta, dict) else None
-        try:  # noqa: SIM105  常是一段 JSON 文本，也可能只是文字
-            raw = json.loads(raw)
-        except (TypeError, ValueError, RecursionError):
-            pass
-        return clip(f"{said}：{provider_text(raw)}") if raw else said
-    if not isinstance(body, str):
-        return clip(body)
-    head = clip(body, 4000)  # 先遮 key 再截断；只看开头：网页再大，找标题的工作量也有上限
-    title = re.search(r"(?is)<title>(.*?)(?:</title>|$)", head)
-    head = title[1] if title else head
-    text = " ".join(re.sub(r"<[^<>]*(>|$)", " ", head).replace("<", " ").split())
-    if text or not body.strip():
-        return clip(text) or "（空响应体）"
-    return f"（{len(body)} 个字符的响应体里没有可读的文字）"
+def provider_stop(what: str, status: object, body: object, otherwise: str = "") -> AgentStop:
+    """what 已引用了原话。建议按原话里认得的字样给，认不出再看状态码，都没有就请人照原话办。"""
+    words = re.sub(r"%20|[\s_]+", " ", json.dumps(body, ensure_ascii=False, default=repr).lower())
+    known = [(link, hint) for pattern, link, hint in KNOWN_WORDS if re.search(pattern, words)]
+    link, hint = (known or [(PROVIDER, STATUS_HINTS.get(status, otherwise or HINT_WORDS))])[0]
+    return AgentStop(link, what, hint, EXIT_REQUEST_FAILED if status else EXIT_STOPPED)
 
 
 class WholeRequestTimeout(TimeoutError): ...  # 整次请求（含重试）超过了总期限
 
 
+HINT_LOCAL = "本地服务（Ollama、llama.cpp、vLLM）用 http://，不是 https://"
+HINT_DEADLINE = "慢或限流（SDK 可能在等 Retry-After）：稍后再试，或调大 OPENAI_TIMEOUT"
+HINT_CERTIFICATE = "设了 SSL_CERT_FILE、SSL_CERT_DIR 就检查它们；公司网络可能有中间人证书"
+HINT_OS = "不是网络或 SDK 的问题：关掉别的程序，或放宽资源限制（ulimit）后再试"
+HINT_PROXY = (  # Clash、V2Ray 常给 socks5:// 代理，httpx 要多装 socksio 才能用
+    "检查 {name}：代理在不在运行，地址（普通代理用 http://，socks5:// 还要 python -m pip "
+    "install socksio）、端口和认证；本机或内网的端点加进 NO_PROXY（如 NO_PROXY=127.0.0.1,"
+    "localhost），或运行前 unset {name}"
+)
+BROKEN_OFF = "连上了服务器，但响应中途断开或无法解码"
+FAILURES = [  # 没有状态码的失败：异常链里某个异常的类名（含基类），先命中的算数。最后一列为 1：
+    # 失败发生在连接的第一跳，有代理时那就是代理。类名由 SDK、httpx、ssl 决定，这里只是认
+    ("WholeRequestTimeout", SDK_NETWORK, "请求超时", HINT_DEADLINE, 0),
+    ("MemoryError", SDK_NETWORK, "内存不够：操作系统不给，或响应大得离谱", HINT_OS, 0),
+    ("SSLCertVerificationError", SDK_NETWORK, "TLS 证书校验失败", HINT_CERTIFICATE, 1),
+    ("SSLError", SDK_NETWORK, "TLS 握手失败：这个端口说的多半是 http", HINT_LOCAL, 1),
+    ("ConnectTimeout", SDK_NETWORK, "几秒内没能建立连接", f"检查地址和端口；{HINT_LOCAL}", 1),
+    ("ConnectError", SDK_NETWORK, "连不上服务器", "检查端点的地址、端口和服务是否已启动", 1),
+    ("ProxyError", SDK_NETWORK, "代理拒绝转发这个请求", "检查代理的地址和认证", 1),
+    ("TooManyRedirects", SDK_NETWORK, "重定向循环", "用 curl -I 看 OPENAI_BASE_URL 跳到哪", 0),
+    ("TimeoutException", SDK_NETWORK, "请求超时", "本地模型慢就调大 OPENAI_TIMEOUT（秒）", 0),
+    ("TransportError", SDK_NETWORK, BROKEN_OFF, "看服务端日志和中间的代理", 0),  # 超时的父类
+    ("DecodingError", SDK_NETWORK, BROKEN_OFF, "看服务端日志和中间的代理", 0),
+    ("JSONDecodeError", PROVIDER, "服务器回了 HTTP 200，响应体却不是完整的 JSON", HINT_PAGE, 0),
+    ("RecursionError", PROVIDER, "响应体嵌套太深，解析不了", "是端点送来的东西有问题：换端点", 0),
+    ("APIError", SDK_NETWORK, "SDK 报告请求失败", "看括号里 SDK 的原话", 0),  # SDK 的异常家族
+]
+
+
+def explain_request_failure(error: BaseException, proxy: tuple) -> AgentStop | None:
+    """SDK 与线路能抛出的失败变成两行报告；认不出的不是外部世界的失败，返回 None：那是 bug。"""
+    chain = [error]
+    while len(chain) < 10 and (chain[-1].__cause__ or chain[-1].__context__) is not None:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    kinds = {cls.__name__ for item in chain for cls in type(item).__mro__}
+    status = getattr(error, "status_code", None) if "APIStatusError" in kinds else None
+    row = next((row for row in FAILURES if row[0] in kinds), None)
+    if status is None and row is None:
+        return None
+    if status:
+        what, link, hint = f"HTTP {status}：{provider_text(error.body or str(error))}", PROVIDER, ""
+        first_hop = status in (407, 502)  # 有代理时，407、502 是代理自己的错误页
+    else:
+        _, link, reason, hint, first_hop = row
+        what = f"{reason}（{type(error).__name__}: {clip(str(error.__cause__ or error), 120)}）"
+    if proxy and first_hop:
+        what, hint = f"请求没能经代理 {proxy[1]}（{proxy[0]}）送到端点：{what}", HINT_PROXY
+        return AgentStop(SDK_NETWORK, what, hint.format(name=proxy[0]), EXIT_REQUEST_FAILED)
+    if status:
+        return provider_stop(what, status, error.body)
+    return AgentStop(link, what, hint, EXIT_REQUEST_FAILED)
+
+
 class DeadlineClient:
     """OPENAI_TIMEOUT 只限制每次读 socket，每秒滴一个字节的服务器能把请求拖上几分钟。所以请求在
-    后台线程里跑，主线程只等到总期限，过期就放弃它；stderr 若是终端，就显示已等了几秒。"""
+    后台线程里跑，主线程只等到总期限；stderr 是终端时显示已等了几秒。外部世界的失败在这里变成
+    AgentStop，别的异常原样抛出。"""
 
-    def __init__(self, client: object, seconds: float):
-        self.client, self.seconds = client, seconds
+    def __init__(self, client: object, seconds: float, proxy: tuple):
+        self.client, self.seconds, self.proxy = client, seconds, proxy
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
 
     def create(self, **request: object) -> object:
         import threading
         from concurrent.futures import Future, wait
 
-        outcome = Future()  # 装着响应或 SDK 抛出的异常，result() 原样交出
+        outcome = Future()  # 装着响应，或 SDK 抛出的异常
 
         def call() -> None:
             try:
@@ -822,78 +883,112 @@ class DeadlineClient:
             except Exception as error:
                 outcome.set_exception(error)
 
-        threading.Thread(target=call, daemon=True).start()  # 不用线程池：它退出时要等线程跑完
+        try:
+            threading.Thread(target=call, daemon=True).start()  # 不用线程池：它退出时要等线程
+        except RuntimeError as error:  # can't start new thread：操作系统不再给线程
+            raise AgentStop(SDK_NETWORK, f"操作系统拒绝了新线程（{error}）", HINT_OS, 3) from None
         status = getattr(sys.stderr, "status", lambda text: None)
         for waited in range(1, int(self.seconds) + 2):  # 每秒醒来一次，报告已经等了几秒
             if wait([outcome], min(1.0, self.seconds - waited + 1)).done:
                 break
             status(f"…等待响应 {waited} 秒")
         status("")  # 步骤行写在 stdout 上：返回之前先擦掉
-        if not outcome.done():
-            raise WholeRequestTimeout(f"整次请求（含重试）超过 {self.seconds:g} 秒仍未完成")
-        return outcome.result()
+        late = WholeRequestTimeout(f"整次请求（含重试）超过 {self.seconds:g} 秒仍未完成")
+        error = outcome.exception() if outcome.done() else late
+        if error is None:
+            return outcome.result()
+        raise explain_request_failure(error, self.proxy) or error  # 认不出的原样抛出：是 bug
 
 
-# ---- 环境：SDK 和 httpx 还会读别的环境变量（见 --help）；出了问题，说出是哪一个 ----
+# ---- 环境：每个变量只查一次，说出人犯的错；代理用 httpx 自己的规则决定一次，交给 SDK ----
 CONNECT_SECONDS = 5.0  # 与 SDK 自己的默认连接期限相同
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS = 60.0, 3600.0  # SDK 默认等 10 分钟，学习时太久
 MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试也没用
-ORG_VARIABLES = ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID")
-KEY_LIKE = re.compile(r"(?:sk|gsk|xai)[-_]\S*|AIza\S*|[A-Za-z0-9]{32,}(?:\.\w+)?")
+VARIABLES = ("OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_BASE_URL", "OPENAI_TIMEOUT")
+ORG_VARIABLES = ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID")  # OpenAI 自己的概念：只发给 OpenAI
+# 像 key 的一段：sk-…、gsk_…、xai-…、AIza…、JWT、32 位以上的字母数字（智谱）、UUID
+KEY_LIKE = re.compile(
+    r"\b(?:sk|gsk|xai)[-_][\w-]{8,}|\bAIza[\w-]{20,}|\beyJ[\w-]{10,}\.[\w.-]+|[A-Za-z0-9]{32,}"
+    r"|\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"
+)
+HINT_URL = "只写协议、主机、端口和路径，照 Provider 文档写，例如 http://127.0.0.1:11434/v1"
 
 
-def proxy_for(url: str) -> tuple:
-    """httpx 会给这个地址用的代理：(变量名, 代理地址)，或 ()。httpx 用的也是这两个函数。"""
+def secrets_in(environ: dict) -> set:
+    """输出里要遮住的：OPENAI_API_KEY（8 个字符以上，更短的多是本地服务的占位符），每个会被读到
+    的变量里像 key 的一段，和地址里的 用户名:密码。"""
+    key = environ.get("OPENAI_API_KEY", "").strip()
+    found = {key} if len(key) >= 8 else set()
+    for name, value in environ.items():
+        if re.fullmatch(r"(?i)openai_\w*|\w*_proxy|ssl\w*", name):
+            found.update(match[0] for match in KEY_LIKE.finditer(value))
+            userinfo = r"(?s)^\s*(?:[A-Za-z][\w+.-]*:/*)?(.+)@"  # 一直到最后一个 @
+            found.update(re.findall(userinfo, value))
+    return found
+
+
+def config_problem(name: str, value: str) -> tuple:
+    """一个变量的一次检查：先找人常犯的错（引号、Bearer、填反、全角或空白字符），再看它自己的
+    规则。返回 (错在哪, 怎么改)，没问题就是 ()。"""
+    import unicodedata
+
+    odd = [i for i, c in enumerate(value) if c.isspace() or not (c.isascii() and c.isprintable())]
+    if re.fullmatch(r"""["'“‘].*["'”’]""", value, re.S):
+        return "两边带着引号（多半是从 .env 文件连引号一起复制来的）", "去掉两边的引号"
+    if name == "OPENAI_API_KEY" and re.match(r"(?i)bearer\s", value):
+        return "开头多了 Bearer（那是 HTTP 头的写法，SDK 会自己加）", "删掉 Bearer 和空格，只留 key"
+    if name == "OPENAI_API_KEY" and re.match(r"(?i)https?:", value):
+        return "像一个地址，不像 key", "OPENAI_API_KEY 和 OPENAI_BASE_URL 可能填反了"
+    if name != "OPENAI_API_KEY" and KEY_LIKE.search(value):
+        return "像一个 API Key（没有打印它）", f"OPENAI_API_KEY 和 {name} 可能填反了：key 只放前者"
+    if odd and name != "OPENAI_MODEL":  # 模型名可以不是 ASCII；地址、key、数字、HTTP 头里的值不行
+        char, position = value[odd[0]], odd[0] + 1
+        half = unicodedata.normalize("NFKC", char)
+        where = f"第 {position} 个字符"
+        if char.isspace():
+            return f"{where}是空白 {json.dumps(char)}", "删掉它（Windows 上存 .env 要用 LF 换行）"
+        if half.isascii() and half.isprintable():
+            return f"{where}是全角的「{char}」", f"换成半角的「{half}」（输入法切到英文再打）"
+        return f"{where} {json.dumps(char)} 不是 ASCII", "重新输入，只用英文字母、数字和符号"
+    if name == "OPENAI_MODEL" and not is_text(value):
+        return "含有无法按 UTF-8 发送的字符", "检查终端编码后重新设置"
+    number = float(value) if re.fullmatch(r"\d*\.?\d+", value) else 0.0
+    if name == "OPENAI_TIMEOUT" and not 0 < number <= MAX_TIMEOUT_SECONDS:
+        return f"要是 0 到 {MAX_TIMEOUT_SECONDS:.0f} 之间的秒数", "例如 export OPENAI_TIMEOUT=60"
+    problem = base_url_problem(value) if name == "OPENAI_BASE_URL" else ""
+    return (problem, HINT_URL) if problem else ()
+
+
+def base_url_problem(url: str) -> str:
+    """地址里 SDK 会悄悄改写或误用的部分：端口越界、查询参数、用户名密码、完整的接口路径。"""
     from urllib.parse import urlsplit
-    from urllib.request import getproxies, proxy_bypass_environment
 
-    parts, proxies = urlsplit(url), getproxies()
-    key = parts.scheme if proxies.get(parts.scheme) else "all"  # <协议>_proxy 先于 all_proxy
-    if not (proxies.get(key) and parts.hostname) or proxy_bypass_environment(parts.netloc, proxies):
-        return ()
-    names = [n for n in sorted(os.environ, key=str.isupper) if n.lower() == f"{key}_proxy"]
-    return (names or ["系统代理设置"])[0], proxies[key]  # 同名时小写的那个算数
-
-
-def make_client(config: dict) -> object:
-    """创建 OpenAI SDK 客户端（只有这里导入 openai），给整次请求加上总期限。"""
     try:
-        from openai import OpenAI, Timeout
-    except Exception as error:  # 没装、装坏了，还是脚本旁边同名的 openai.py 或 openai/ 挡住了它
-        from importlib.util import find_spec
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # 例如端口 99999 或 abc、没闭合的 [IPv6]
+        return "地址无法解析：端口要是 1–65535 之间的数字，IPv6 地址要用 [] 括好"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "要以 http:// 或 https:// 开头，并写明主机"
+    if port == 0:
+        return "端口要在 1–65535 之间"
+    if "@" in parts.netloc:
+        return "地址里不能写用户名或密码：SDK 会改用它们认证，key 就不再生效"
+    if parts.query or parts.fragment:
+        return "地址里不能带 ?查询参数 或 #片段：SDK 会把 /chat/completions 拼在它们后面"
+    if parts.path.rstrip("/").endswith("/chat/completions"):
+        return "写到 /chat/completions 之前为止，SDK 会自己拼上它"
+    return ""
 
-        spec = find_spec("openai")  # sys.modules 里放着 None 时，它也返回 None
-        where = spec and (spec.origin or next(iter(spec.submodule_search_locations or []), None))
-        if where and not re.search(r"[/\\](site|dist)-packages[/\\]", where):
-            what = f"导入的 openai 不是 SDK，而是 {clip(where, 160)}"
-            raise config_error(what, "给它改个名字（别叫 openai），再运行") from None
-        what = f"openai SDK 导入失败（{type(error).__name__}: {clip(str(error), 120)}）"
-        raise config_error(what if where else "没有安装 openai SDK", HINT_INSTALL) from None
-    given = {key: config[key] for key in ("api_key", "base_url", "organization", "project")}
-    # 连接（含 TLS 握手）单独限时：协议或端口填错几秒就报错，不必等满 OPENAI_TIMEOUT
-    timeout = Timeout(config["timeout"], connect=min(config["timeout"], CONNECT_SECONDS))
-    # SDK 只用这里明确给它的值：暂时拿走它会自己读的 OPENAI_* 和这个端点用不上的代理变量
-    names = [n for n in os.environ if re.fullmatch(r"(?is)openai_.*|.*_proxy", n)]
-    hidden = {n: os.environ.pop(n) for n in names if n not in config["proxy"][:1]}
-    try:
-        client = OpenAI(**given, timeout=timeout, max_retries=MAX_RETRIES)
-    except Exception as error:  # 多半是 SDK 顺带读到的证书或代理变量，不是地址写错
-        detail = f"{type(error).__name__}: {clip(str(error), 160)}"
-        named = [n for n in ("SSLKEYLOGFILE", "SSL_CERT_DIR", "SSL_CERT_FILE") if os.getenv(n)]
-        if isinstance(error, OSError) and named:  # ssl 这时读证书文件；ssl.SSLError 也是 OSError
-            name = next((n for n in named if os.environ[n] in str(error)), named[-1])
-            what, hint = f"{name} 指向的文件不能用（{detail}）", f"改成有效的路径，或 unset {name}"
-        elif config["proxy"]:
-            name, proxy = config["proxy"]
-            what = f"SDK 用不了代理 {name}={without_password(proxy)}（{detail}）"
-            hint = HINT_PROXY.format(name=name)
-        else:
-            what, hint = f"无法创建 OpenAI 客户端：{detail}", HINT_URL_FORM
-        raise config_error(what, hint) from None
-    finally:
-        os.environ.update(hidden)
-    return DeadlineClient(client, config["deadline"])
+
+def check_variable(name: str, value: str) -> None:
+    """config_problem 找到错就停下（退出码 2）。key、像 key 的值从不回显。"""
+    problem = config_problem(name, value) if value else ()
+    if problem:
+        hidden = name == "OPENAI_API_KEY" or KEY_LIKE.search(value)
+        echoed = "" if hidden else f"（{clip(value, 120)}）"
+        raise config_error(f"{name} 不可用{echoed}：{problem[0]}", problem[1])
 
 
 def config_error(what: str, hint: str) -> AgentStop:
@@ -904,77 +999,107 @@ def check_config(environ: dict) -> dict:
     """在发出任何请求之前，把缺的、填错的环境变量说清楚（退出码 2）；返回创建客户端所需的值。"""
     from urllib.parse import urlsplit
 
+    value = {name: environ.get(name, "").strip() for name in (*VARIABLES, *ORG_VARIABLES)}
     for name, hint in (
         ("OPENAI_API_KEY", "本地服务（Ollama、llama.cpp）不校验 key，随便填一个，例如 local"),
         ("OPENAI_MODEL", "填写 Provider 上支持 Tool Calling 的模型名"),
     ):
-        if not environ.get(name, "").strip():
+        if not value[name]:
             raise config_error(f"缺少环境变量 {name}", f"export {name}=...；{hint}")
-    api_key, model = environ["OPENAI_API_KEY"].strip(), environ["OPENAI_MODEL"].strip()
-    if len(api_key) >= 8:  # 更短的通常是本地服务的占位符，遮了只会把别的字弄乱
-        SECRETS.extend([api_key, json.dumps(api_key)[1:-1]])  # 后者是它在 JSON 里的写法
-    if KEY_LIKE.fullmatch(model):  # 报告里会写模型名：它若是 key，就不能打印
-        hint = "OPENAI_API_KEY 和 OPENAI_MODEL 可能填反了：key 放前者，模型名放后者"
-        raise config_error("OPENAI_MODEL 看起来是一个 API Key（没有打印它）", hint)
-    if not is_text(model):
-        raise config_error("OPENAI_MODEL 含有无法编码的字符", "检查终端编码后重新设置")
-    if not api_key.isascii() or any(char.isspace() for char in api_key):
-        raise config_error("OPENAI_API_KEY 只能是不含空白的 ASCII 字符", "重新复制一次 key")
-    given_url = environ.get("OPENAI_BASE_URL", "").strip()
-    base_url = given_url or DEFAULT_BASE_URL  # 显式给出：否则 SDK 会读一个 export 了却为空的变量
-    if problem := base_url_problem(base_url):
-        shown = without_password(base_url)
-        raise config_error(f"OPENAI_BASE_URL 不可用（{shown}）：{problem}", HINT_URL_FORM)
-    # 组织、项目是 OpenAI 自己的概念：只发给它，留下的旧值不跟着请求去第三方端点
-    official = (urlsplit(base_url).hostname or "").endswith("api.openai.com")
-    sent = {name: environ.get(name, "") if official else "" for name in ORG_VARIABLES}
-    for name, value in sent.items():
-        if not (value.isascii() and value.isprintable()):
-            hint = f"重新设置它，或 unset {name}；Windows 上存 .env 时用 LF 换行"
-            raise config_error(f"{name} 里有放不进 HTTP 头的字符（非 ASCII、换行或 \\r）", hint)
-    raw_timeout = environ.get("OPENAI_TIMEOUT", "").strip() or str(DEFAULT_TIMEOUT_SECONDS)
-    timeout = float(raw_timeout) if re.fullmatch(r"\d*\.?\d+", raw_timeout) else 0.0
-    if not 0 < timeout <= MAX_TIMEOUT_SECONDS:
-        what = f"OPENAI_TIMEOUT 要是 0 到 {MAX_TIMEOUT_SECONDS:.0f} 之间的秒数：{clip(raw_timeout)}"
-        raise config_error(what, "例如 export OPENAI_TIMEOUT=60")
+    for name in VARIABLES:
+        check_variable(name, value[name])
+    base_url = value["OPENAI_BASE_URL"] or DEFAULT_BASE_URL  # 显式给出：否则 SDK 会读一个空变量
+    for name in ORG_VARIABLES:  # 只发给 OpenAI 官方：留下的旧值不跟着请求去第三方端点
+        if (urlsplit(base_url).hostname or "").endswith("api.openai.com"):
+            check_variable(name, value[name])
+        else:
+            value[name] = ""
+    timeout = float(value["OPENAI_TIMEOUT"] or DEFAULT_TIMEOUT_SECONDS)
     return {
-        "api_key": api_key,
-        "model": model,
+        "api_key": value["OPENAI_API_KEY"],
+        "model": value["OPENAI_MODEL"],
         "base_url": base_url,
-        "base_url_given": bool(given_url),
-        "organization": sent["OPENAI_ORG_ID"] or None,
-        "project": sent["OPENAI_PROJECT_ID"] or None,
-        "proxy": proxy_for(base_url),  # 代理变量和 httpx 一样从进程环境里读
+        "base_url_given": bool(value["OPENAI_BASE_URL"]),
+        "organization": value["OPENAI_ORG_ID"] or None,
+        "project": value["OPENAI_PROJECT_ID"] or None,
         "timeout": timeout,
         "deadline": timeout * (MAX_RETRIES + 1) + 1,  # 每次尝试一个 timeout，再留一秒余量
     }
 
 
-def base_url_problem(url: str) -> str:
-    """地址里 SDK 会悄悄改写或误用的部分：端口越界、查询参数、用户名密码、完整的接口路径。"""
-    from urllib.parse import urlsplit
+def proxy_for(url: str, http: object) -> tuple:
+    """这个地址要走的代理：(设它的变量, 代理地址) 或 ()。用 httpx 自己读环境、配 NO_PROXY 的函数
+    来定，与它不手动配置时的决定一样（CIDR、::1、.example.com、* 都算）。"""
+    mounts = http._utils.get_environment_proxies()
+    patterns = sorted(map(http._utils.URLPattern, mounts))  # 与 httpx 挑选 mount 的顺序相同
+    chosen = next((p.pattern for p in patterns if p.matches(http.URL(url))), None)
+    if not (chosen and mounts[chosen]):
+        return ()
+    names = [n for n in sorted(os.environ, key=str.isupper) if n.lower() == chosen[:-3] + "_proxy"]
+    return ([n for n in names if os.environ[n]] or ["系统代理设置"])[0], mounts[chosen]
 
+
+def imported_sdk() -> object:
+    """import openai；没装、装坏了、被脚本旁边同名的 openai.py 或 openai/ 挡住了，各说各的。"""
     try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:  # 例如端口 99999 或 abc、没闭合的 [IPv6]；原话会带出地址里的字，不引用
-        return "地址无法解析：端口要是 1–65535 之间的数字，IPv6 地址要用 [] 括好"
-    if " " in url or not url.isprintable():  # 别的空白字符都不是 printable
-        return "地址里有空格或控制字符"
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "要以 http:// 或 https:// 开头，并写明主机"
-    if port == 0:
-        return "端口要在 1–65535 之间"
-    if "@" in parts.netloc:
-        return "地址里不能写用户名或密码：SDK 会改用它们认证，key 就不再生效"
-    if parts.query or parts.fragment:
-        return "地址里不能带 ?查询参数 或 #片段：SDK 会把 /chat/completions 拼在它们后面"
-    if parts.path.rstrip("/").endswith("/chat/completions"):
-        return "只写到 /v1 为止，SDK 会自己拼上 /chat/completions"
-    return ""
+        import openai
+        from openai import DefaultHttpxClient, Omit, OpenAI  # noqa: F401  同名的 openai.py 没有
+    except Exception as error:
+        from importlib.util import find_spec
+
+        spec = find_spec("openai")  # sys.modules 里放着 None 时，它也返回 None
+        where = spec and (spec.origin or next(iter(spec.submodule_search_locations or []), None))
+        if where and not re.search(r"[/\\](site|dist)-packages[/\\]", where):
+            what = f"导入的 openai 不是 SDK，而是 {clip(where, 160)}"
+            raise config_error(what, "给它改个名字（别叫 openai），再运行") from None
+        broken = f"openai SDK 导入失败（{type(error).__name__}: {clip(str(error), 120)}）"
+        raise config_error(broken if where else "没有安装 openai SDK", HINT_INSTALL) from None
+    return openai
 
 
-# ---- 命令行：解析参数、运行，把 AgentStop 变成两行说明和退出码 ----
+def make_client(config: dict) -> DeadlineClient:
+    """创建 OpenAI SDK 客户端（只有这里导入 openai）。SDK 只拿到脚本决定好的东西：key、地址、组织与
+    项目、期限，和一个只走选定代理的 HTTP 客户端（trust_env 关掉，它不再自己读代理变量）。"""
+    import importlib
+
+    openai = imported_sdk()
+    # SDK 用的 HTTP 库（openai 3.x 是 httpx2，更早的是 httpx）：代理的规则问它，不自己另写一套
+    http = importlib.import_module(openai.DefaultHttpxClient.__mro__[1].__module__)
+    proxy = proxy_for(config["base_url"], http)
+    # SDK 还会自己从环境读组织、项目和 OPENAI_CUSTOM_HEADERS：没交给它的，用 Omit 一一盖掉
+    custom = os.environ.get("OPENAI_CUSTOM_HEADERS", "").splitlines()
+    headers = {line.partition(":")[0].strip(): openai.Omit() for line in custom}
+    unset = {"OpenAI-Organization": config["organization"], "OpenAI-Project": config["project"]}
+    headers.update({name: openai.Omit() for name, given in unset.items() if given is None})
+    headers["Authorization"] = f"Bearer {config['api_key']}"
+    given = {key: config[key] for key in ("api_key", "base_url", "organization", "project")}
+    # 连接（含 TLS 握手）单独限时：协议或端口填错几秒就报错，不必等满 OPENAI_TIMEOUT
+    timeout = openai.Timeout(config["timeout"], connect=min(config["timeout"], CONNECT_SECONDS))
+    try:
+        transport = http.HTTPTransport(proxy=proxy[1] if proxy else None)  # 证书仍照 SSL_CERT_FILE
+        http_client = openai.DefaultHttpxClient(transport=transport, trust_env=False)
+        options = {"timeout": timeout, "max_retries": MAX_RETRIES, "default_headers": headers}
+        client = openai.OpenAI(**given, **options, http_client=http_client)
+    except (OSError, ImportError, ValueError, http.InvalidURL) as error:  # 证书、代理、地址
+        detail = f"{type(error).__name__}: {clip(str(error), 160)}"
+        named = [n for n in ("SSLKEYLOGFILE", "SSL_CERT_DIR", "SSL_CERT_FILE") if os.getenv(n)]
+        if isinstance(error, OSError) and named:  # ssl 读证书文件失败；ssl.SSLError 也是 OSError
+            name = next((n for n in named if os.environ[n] in str(error)), named[-1])
+            what, hint = f"{name} 指向的文件不能用（{detail}）", f"改成有效的路径，或 unset {name}"
+        elif proxy:
+            what = f"SDK 用不了代理 {proxy[0]}={proxy[1]}（{detail}）"
+            hint = HINT_PROXY.format(name=proxy[0])
+        else:
+            what, hint = f"无法创建 OpenAI 客户端：{detail}", HINT_URL
+        raise config_error(what, hint) from None
+    return DeadlineClient(client, config["deadline"], proxy)
+
+
+# ---- 命令行：解析参数、运行，把 AgentStop 变成两行说明和退出码；别的异常是 bug ----
+HINT_INSTALL = (
+    "先激活 README 第 2 步建的虚拟环境（. .venv/bin/activate，Windows 是 .venv\\Scripts\\"
+    'Activate.ps1），还没建就照第 2 步建；或在虚拟环境里 pip install "openai>=1.109.1,<4"'
+)
 HELP = """\
 用法：python3 lesson_03_tool_calling_loop.py [--show-messages] [问题……] | --self-check | --demo
   --self-check     离线自检：只用标准库，不需要 API Key
@@ -984,11 +1109,11 @@ HELP = """\
 在线运行读取的环境变量：
   OPENAI_API_KEY   必填；本地服务（Ollama、llama.cpp）不校验，填 local 即可
   OPENAI_MODEL     必填；支持 Tool Calling 的模型名
-  OPENAI_BASE_URL  第三方或本地端点才要，写到 /v1 为止；不设就是 https://api.openai.com/v1
+  OPENAI_BASE_URL  第三方或本地端点才要，照 Provider 文档写；不设就是 https://api.openai.com/v1
   OPENAI_TIMEOUT   每次读取的超时秒数，默认 60；整次请求（含 1 次重试）最多 2 倍再加 1 秒
   其余 OPENAI_* 一律不用（OPENAI_ORG_ID、OPENAI_PROJECT_ID 只发给 OpenAI 官方端点）；
-  SDK 还会读 HTTP_PROXY、HTTPS_PROXY、ALL_PROXY、NO_PROXY 和 SSL_CERT_FILE、SSL_CERT_DIR
-退出码：0 打印了回答（Loop 正常结束，不保证答对）；1 Loop 被停下（或自检失败）；
+  代理按 HTTP_PROXY、HTTPS_PROXY、ALL_PROXY、NO_PROXY，证书按 SSL_CERT_FILE、SSL_CERT_DIR
+退出码：0 打印了回答（Loop 正常结束，不保证答对）；1 Loop 被停下（或自检失败、程序自身出错）；
         2 用法或配置错误；3 请求失败；4 回答没能写到标准输出；130 按了 Ctrl-C
 例子：
   OPENAI_API_KEY=local OPENAI_MODEL=qwen2.5:7b OPENAI_BASE_URL=http://127.0.0.1:11434/v1 \\
@@ -1029,7 +1154,6 @@ def run_command(argv: list, environ: dict) -> int:
     if "--self-check" in options or "--demo" in options:
         return self_check() if "--self-check" in options else demo()
     messages, config, refused = [], {}, None
-    SECRETS.clear()
     try:
         config = check_config(environ)
         print("Agent> " + run_agent(make_client(config), config["model"], question, messages))
@@ -1040,40 +1164,30 @@ def run_command(argv: list, environ: dict) -> int:
         return stop.exit_code
     finally:  # 失败了、按了 Ctrl-C 也打印：看得到停在了哪里
         if "--show-messages" in options and messages:
-            print(json.dumps(without_provider_fields(messages), ensure_ascii=False, indent=2))
-        if "--show-messages" in options and refused:
-            shown = json.dumps(without_provider_fields(refused), ensure_ascii=False, indent=2)
-            print(f"被拒收、没有写进历史的回复（Harness 停下的原因就在这里）：\n{shown}")
-
-
-def without_provider_fields(value: object) -> object:
-    """要原样回传给 Provider 的推理和签名不打印给人看，只标出它们在。"""
-    if isinstance(value, list):
-        return [without_provider_fields(item) for item in value]
-    if isinstance(value, str):  # content 开头的 <think> 块也是推理
-        return re.sub(r"(?s)^(\s*<think>).*?(</think>|$)", r"\1（已省略）\2", value, count=1)
-    if not isinstance(value, dict):
-        return value
-    owned = ECHOED_MESSAGE_FIELDS + ECHOED_CALL_FIELDS
-    return {k: "（已省略）" if k in owned else without_provider_fields(v) for k, v in value.items()}
+            print(as_json(messages))
+        if "--show-messages" in options and refused is not None:
+            print(f"被拒收、没有写进历史的响应（Harness 停下的原因就在这里）：\n{as_json(refused)}")
 
 
 def report(stop: AgentStop, config: dict, file: object = None) -> None:
     """两行：哪一环、第几步、原因（端点出的问题还写明端点和模型）；最后一个成功事件和建议。"""
     where = f"step {stop.step}: " if stop.step else ""
     endpoint = ""
-    if stop.link in (PROVIDER, SDK_NETWORK) and config:
+    if stop.link != HARNESS and config:
         default = "" if config["base_url_given"] else "（没设 OPENAI_BASE_URL 时的默认值）"
         endpoint = f"；端点 {config['base_url']}{default}，模型 {clip(config['model'], 80)}"
     last_ok = f"最后一个成功事件：{stop.last_ok}；" if stop.last_ok else ""
-    first = f"[{stop.link}] {where}{stop.reason}{endpoint}"
-    print(f"{first}\n{last_ok}建议：{stop.hint}", file=file or sys.stderr)
+    print(
+        f"[{stop.link}] {where}{stop.reason}{endpoint}\n{last_ok}建议：{stop.hint}",
+        file=file or sys.stderr,
+    )
 
 
 def main(argv: list, environ: dict) -> int:
     """命令行入口，返回退出码。输出都经过 SafeOutput；回答没写出去就不算成功。"""
-    saved, out = (sys.stdout, sys.stderr), SafeOutput(sys.stdout)
-    sys.stdout, sys.stderr = out, err = out, SafeOutput(saved[1], flush_first=out)
+    secrets = secrets_in({**os.environ, **environ})
+    saved, out = (sys.stdout, sys.stderr), SafeOutput(sys.stdout, secrets)
+    sys.stdout, sys.stderr = out, err = out, SafeOutput(saved[1], secrets, flush_first=out)
     try:
         code = run_command(argv, environ)
         out.flush()
@@ -1086,6 +1200,14 @@ def main(argv: list, environ: dict) -> int:
         out.failed, code = True, 130  # 没写完的输出不再写下去
         print("已中断（Ctrl-C）", file=err)
         signal.signal(signal.SIGINT, previous)
+    except Exception:  # 不是外部世界的失败，是 Harness 自己（或改过的代码）的 bug：让它原样可见
+        import traceback
+
+        print(
+            "[Harness] 程序自身出错了（不是 Provider 或网络的问题；改过代码就先查改动）：", file=err
+        )
+        traceback.print_exc(file=err)
+        code = EXIT_STOPPED
     finally:
         err.flush()
         sys.stdout, sys.stderr = saved

@@ -47,9 +47,9 @@ def test_readme_shows_the_demo_output_byte_for_byte(demo_output):
 
 def test_the_first_scene_is_the_articles_run_and_its_four_message_history(demo_output):
     scenes = demo_output[1].split("\n\n== 场景 ")
-    assert len(scenes) == 3
+    assert len(scenes) == 4
     title, *lines = scenes[0].splitlines()
-    assert title.startswith("== 场景 1/3：§4 ")
+    assert title.startswith("== 场景 1/4：§4 ")
     assert lines[:4] == ARTICLE_LINES
     history = json.loads("\n".join(lines[4:]))
     assert [message["role"] for message in history] == ["user", "assistant", "tool", "assistant"]

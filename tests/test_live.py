@@ -20,6 +20,7 @@ import pytest
 
 import lesson_03_tool_calling_loop as lesson
 from tests.conftest import MACHINE_TRUST, TRUST_VARIABLES
+from tests.runs import pairing_problems
 
 SCRIPT = Path(lesson.__file__).resolve()
 BASE_URL = os.environ.get("LIVE_OPENAI_BASE_URL", "")
@@ -93,5 +94,5 @@ def test_any_endpoint_ends_in_a_documented_outcome(question):
         history = json.loads("\n".join(lines[history_at:]))
         assert history[0] == {"role": "user", "content": question}
         if code == 0:
-            assert lesson.pairing_problems(history) == []
+            assert pairing_problems(history) == []
             assert history[-1]["role"] == "assistant" and "tool_calls" not in history[-1]

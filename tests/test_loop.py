@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import lesson_03_tool_calling_loop as lesson
 from lesson_03_tool_calling_loop import MAX_STEPS, AgentStop, fake_call, fake_response, run_fake
+from tests.runs import pairing_problems
 
 RESULT_3720 = '{"status":"completed","result":3720}'
 
@@ -207,7 +208,8 @@ def test_untrustworthy_responses_stop_the_loop_before_anything_runs(response, li
     outcome, client, messages, lines = run_fake(response)
     assert isinstance(outcome, AgentStop)
     assert (outcome.link, outcome.exit_code, outcome.step) == (link, 1, 1)
-    assert outcome.last_ok == "step 1: 收到 HTTP 响应"
+    assert outcome.last_ok == "step 1: 收到响应"
+    assert outcome.refused is response  # --show-messages shows what was refused, after every stop
     assert len(client.requests) == 1
     assert messages == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
     assert not any("call_id=" in line for line in lines)
@@ -231,7 +233,7 @@ def test_a_later_stop_reports_the_last_successful_event():
     outcome, client, messages, _ = run_fake(calls(fake_call("call_1")), fake_response("length"))
     assert len(client.requests) == 2
     assert outcome.step == 2
-    assert outcome.last_ok == "step 2: 收到 HTTP 响应"
+    assert outcome.last_ok == "step 2: 收到响应"
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
 
 
@@ -315,41 +317,38 @@ def test_a_refusal_stops_the_loop_and_shows_the_refusal():
     assert outcome.reason == "模型拒绝回答：I can't help with that."
 
 
+# Rule 5: a reply stops as "a call written as text" only when the whole of it (after a leading
+# think block, one surrounding code fence and stray trailing template tokens) is a call.
 CALLS_WRITTEN_AS_TEXT = {
-    "fenced json": '```json\n{"name": "multiply", "arguments": {"a": 248, "b": 15}}\n```',
-    "bare json": '{"name": "multiply", "arguments": {"a": 37, "b": 41}}',
-    "doubled braces": '{{"name": "multiply", "arguments": {"a": 2, "b": 3}}}',
-    "missing closing brace": '{"name": "multiply", "arguments": {"a": 2, "b": 3}',
+    "fenced json (recording 01)": '```json\n{"name": "multiply", "arguments": {"a": 248}}\n```',
+    "bare json (recording 02's shape)": '{"name": "multiply", "arguments": {"a": 37, "b": 41}}',
     "made-up tool": '{"name": "calculator", "arguments": {"expression": "248*15"}}',
     "arguments first": '{"arguments": {"a": 2, "b": 3}, "name": "multiply"}',
     "parameters key": '{"name": "multiply", "parameters": {"a": 2, "b": 3}}',
+    "arguments as a json string": '{"name":"multiply","arguments":"{\\"a\\":2}"}',
     "a json list": '[{"name": "multiply", "arguments": {"a": 2, "b": 3}}]',
-    "tool_call tags": '<tool_call>\n{"name": "multiply", "arguments": {"a": 2}}\n</tool_call>',
-    "unfenced after spaces": '\n   {"name":"multiply","arguments":"{\\"a\\":2}"}',
+    "unfenced after spaces": '\n   {"name":"multiply","arguments":{"a":2}}',
     "fence without language": '```\n{"name": "multiply", "arguments": {}}\n```',
-    "after a preamble": "要计算 248 乘以 15：\n248 × 15 = 3840。\n"
-    '{"name": "multiply", "arguments": {}}',
-    "fenced after a preamble": '我来调用工具：\n```json\n{\n  "name": "multiply",\n'
-    '  "arguments": {}\n}\n```',
-    "single quotes": "{'name': 'multiply', 'arguments': {'a': 2, 'b': 3}}",
-    "openai shape": '{"type": "function", "function": {"name": "multiply", "arguments": "{}"}}',
     "tilde fence": '~~~json\n{"name": "multiply", "arguments": {}}\n~~~',
-    "pythonic list": "[multiply(a=248, b=15)]",
-    "call then prose": '{"name": "multiply", "arguments": {"a": 2}}\n\n我会用这个工具来计算。',
-    "react text format": 'Action: multiply\nAction Input: {"a": 248, "b": 15}',
+    "openai shape": '{"type": "function", "function": {"name": "multiply", "arguments": "{}"}}',
     "function as a string": '{"function": "multiply", "arguments": {"a": 248, "b": 15}}',
     "tool_calls wrapper": '{"tool_calls": [{"name": "multiply", "arguments": {"a": 1}}]}',
     "command-r style": '```json\n[{"tool_name": "multiply", "parameters": {"a": 1}}]\n```',
-    "positional pythonic": "multiply(248, 15)",
+    "llama pythonic list": "[multiply(a=248, b=15)]",
+    "gemma tool_code fence": "```tool_code\nprint(multiply(a=248, b=15))\n```",
+    "tool_call fence": "```tool_call\nmultiply(a=248, b=15)\n```",
+    "call then a closing tag": '{"name": "multiply", "arguments": {}}</tool_call>',
+    "call then an end token": '{"name": "multiply", "arguments": {}}<|im_end|>',
+    "after a think block": '<think>用乘法</think>\n{"name": "multiply", "arguments": {"a": 2}}',
+    "after an unopened think block": '先想想</think>{"name": "multiply", "arguments": {"a": 2}}',
 }
-CALL_TAG_TEXTS = [
+CALL_TAG_TEXTS = [  # chat-template markup at the start of the reply
     '<tool_call>{"name": "multiply", "arguments": {}}',
+    '<tool_call>\n{"name": "multiply", "arguments": {"a": 2}}\n</tool_call>',
     '<|tool_call|>{"name": "multiply", "arguments": {}}',
     '<|python_tag|>{"name": "multiply", "parameters": {}}',
     '[TOOL_CALLS][{"name": "multiply", "arguments": {}}]',
     '<function=multiply>{"a": 2, "b": 3}</function>',
-    '{"name": "multiply", "arguments": {}}</tool_call>',
-    '{"name": "multiply", "arguments": {}}<|/tool_call|>',
     '<TOOL_CALL>{"name": "multiply", "arguments": {}}</TOOL_CALL>',
     # gpt-oss Harmony markup (NVIDIA/TensorRT-LLM#9256, lablup/mlxcel#654)
     '<|channel|>commentary to=functions.multiply <|constrain|>json<|message|>{"a":248,"b":15}'
@@ -358,12 +357,6 @@ CALL_TAG_TEXTS = [
     # DeepSeek's own special tokens leaking into content
     "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>multiply\n```json\n"
     '{"a":248,"b":15}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
-    '好的，我来调用工具。<｜tool▁calls▁begin｜>multiply{"a":248,"b":15}<｜tool▁calls▁end｜>',
-    # Gemma: a fenced block whose language says it is a call
-    "```tool_code\nprint(multiply(a=248, b=15))\n```",
-    "我来算一下：\n```tool_call\nmultiply(a=248, b=15)\n```",
-    # a call after a think block is still a call
-    '<think>要用乘法工具</think>\n{"name": "multiply", "arguments": {"a": 2, "b": 3}}',
 ]
 CALLS_WRITTEN_AS_TEXT.update({f"tag {n}": text for n, text in enumerate(CALL_TAG_TEXTS)})
 
@@ -372,32 +365,51 @@ CALLS_WRITTEN_AS_TEXT.update({f"tag {n}": text for n, text in enumerate(CALL_TAG
 def test_a_tool_call_written_as_text_stops_the_loop_and_runs_nothing(text):
     outcome, client, messages, _ = run_fake(final(text), final())
     assert isinstance(outcome, AgentStop)
-    assert (outcome.link, outcome.exit_code) == ("Provider", 1)
+    assert (outcome.link, outcome.exit_code, outcome.hint) == (
+        "Provider",
+        1,
+        lesson.HINT_CALL_AS_TEXT,
+    )
     assert outcome.reason.startswith("模型把调用写成了文字")
     # the report quotes what the model wrote (its start, whitespace folded to one line)
     written = text.split("</think>")[-1]  # a think block before the call is not quoted
     assert " ".join(written.split())[:40] in " ".join(outcome.reason.split())
-    hints = ("--jinja", "parser", "Harmony", "Ollama", "templates/qwen2.5-coder-tools.jinja")
-    for server_hint in hints:
-        assert server_hint in outcome.hint
     assert len(client.requests) == 1 and len(messages) == 1
 
 
+# Plausible final answers, each printed as it came: asked-for JSON examples with prose around
+# them, code, maths notation, function names in prose, a stray template token after the answer.
 ORDINARY_ANSWERS = [
     "248 乘以 15 等于 3720。",
     "我用 multiply 算了一下：3720",
     '结果：{"a": 248, "b": 15, "result": 3720}',
     '{"result": 3720}',
     '{"name": "张三", "age": 30}',
+    '{"name": "张三", "args": 1}',
+    '{"name": "multiply", "arguments": {"a": 248, "b": 15}, "result": 3720}',
     '示例调用：{"name": "multiply", "arguments": {"a": 1, "b": 2}}，结果是 2。',
+    '下面是一个调用的 JSON 示例：\n```json\n{"name": "multiply", "arguments": {"a": 2}}\n```',
+    '```json\n{"name": "multiply", "arguments": {"a": 2}}\n```\n这就是调用的格式，我没有调用它。',
+    '要计算 248 乘以 15：\n248 × 15 = 3720。\n{"name": "multiply", "arguments": {}}',
+    '{"name": "multiply", "arguments": {"a": 2}}\n\n我会用这个工具来计算。',
     "```python\nprint(248 * 15)\n```\n答案是 3720。",
+    "print(248 * 15)",
+    "sqrt(2)",
+    "multiply(248, 15)",
+    "`multiply(248, 15)` 返回 3720。",
+    "f(x) 的值是 3，multiply(2, 3) 是 6。",
+    "答案是 $248 \\times 15 = 3720$。",
     "Qwen 的模板会把调用包在 <tool_call> 标签里；Mistral 用 [TOOL_CALLS]。248 乘以 15 等于 3720。",
     '[{"type": "function", "function": {"name": "add", "description": "Add",'
     ' "parameters": {"type": "object", "properties": {}}}}]',
     '我的工具：\n{"name": "multiply", "description": "乘法", "parameters": {"type": "object"}}',
     '答案：\n{"result": 3720}',
-    "f(x) 的值是 3，multiply(2, 3) 是 6。",
+    '```json\n{"result": 3720}\n```',
+    "248 乘以 15 等于 3720。<|im_end|>",
+    "3720<|eot_id|>",
+    'Action: multiply\nAction Input: {"a": 248, "b": 15}',
     "[" * 5000,
+    "[[[[[[" + "1" * 10 + "]]]]]]",
 ]
 
 
@@ -406,6 +418,10 @@ def test_an_answer_that_merely_mentions_json_or_multiply_is_final(text):
     outcome, _, messages, _ = run_fake(final(text))
     assert outcome == text
     assert messages[-1] == {"role": "assistant", "content": text}
+
+
+def test_the_answer_corpus_is_large_enough_to_mean_something():
+    assert len(ORDINARY_ANSWERS) >= 20 and len(CALLS_WRITTEN_AS_TEXT) >= 20
 
 
 def readme_tool_call_cap():
@@ -436,9 +452,7 @@ def test_readmes_cap_itself_is_allowed():
 
 def test_length_hint_names_both_the_output_cap_and_the_context_window():
     outcome, *_ = run_fake(fake_response("length", content='```json\n{\n  "name": "multiply'))
-    assert outcome.link == "Model"
-    for part in ("max_tokens", "-n/--n-predict", "num_predict", "上下文"):
-        assert part in outcome.hint
+    assert (outcome.link, outcome.hint) == ("Model", lesson.HINT_LENGTH)
 
 
 def test_function_call_is_named_as_the_deprecated_openai_value():
@@ -448,28 +462,12 @@ def test_function_call_is_named_as_the_deprecated_openai_value():
 
 def test_pairing_problems_names_unanswered_and_unknown_results():
     ok = run_fake(calls(fake_call("call_1"), fake_call("call_2")), final())[2]
-    assert lesson.pairing_problems(ok) == []
-    assert lesson.pairing_problems(ok[:3]) == ["调用 'call_2' 没有结果"]
+    assert pairing_problems(ok) == []
+    assert pairing_problems(ok[:3]) == ["调用 'call_2' 没有结果"]
     stray = [ok[0], {"role": "tool", "tool_call_id": "call_9", "content": "{}"}]
-    assert lesson.pairing_problems(stray) == ["结果 'call_9' 没有对应的调用"]
+    assert pairing_problems(stray) == ["结果 'call_9' 没有对应的调用"]
     twice = [*ok[:3], ok[2], *ok[3:]]
-    assert lesson.pairing_problems(twice) == ["结果 'call_1' 没有对应的调用"]
-
-
-class FakeSDKError(Exception):
-    """Shaped like openai.APIStatusError: status_code and body."""
-
-    def __init__(self, status_code, body):
-        super().__init__(f"Error code: {status_code}")
-        self.status_code, self.body = status_code, body
-
-
-class APITimeoutError(Exception):
-    pass
-
-
-class APIConnectionError(Exception):
-    pass
+    assert pairing_problems(twice) == ["结果 'call_1' 没有对应的调用"]
 
 
 def failing_client(error):
@@ -480,66 +478,13 @@ def failing_client(error):
 
 
 @pytest.mark.parametrize(
-    ("error", "link", "reason_part", "hint_part"),
-    [
-        (
-            FakeSDKError(401, {"message": "Incorrect API key"}),
-            "Provider",
-            "HTTP 401：Incorrect API key",
-            "OPENAI_API_KEY",
-        ),
-        (
-            FakeSDKError(404, {"message": "model not found"}),
-            "Provider",
-            "model not found",
-            "OPENAI_MODEL",
-        ),
-        (
-            FakeSDKError(404, "<html><title>404 Not Found</title></html>"),
-            "Provider",
-            "404 Not Found",
-            "/v1",
-        ),
-        (
-            FakeSDKError(400, {"message": "llama3 does not support tools"}),
-            "Provider",
-            "support tools",
-            "Tool Calling",
-        ),
-        (
-            FakeSDKError(500, {"message": "Unsupported param: tools"}),
-            "Provider",
-            "Unsupported param",
-            "Tool Calling",
-        ),
-        (FakeSDKError(429, {"message": "quota"}), "Provider", "HTTP 429", "额度"),
-        (FakeSDKError(503, None), "Provider", "HTTP 503", "稍后"),
-        (
-            FakeSDKError(400, [{"error": {"message": "gemini says no"}}]),
-            "Provider",
-            "gemini says no",
-            "原话",
-        ),
-        (
-            FakeSDKError(400, {"code": 20015, "message": "envelope", "data": None}),
-            "Provider",
-            "envelope",
-            "原话",
-        ),
-        (APITimeoutError("Request timed out."), "SDK/网络", "请求超时", "OPENAI_TIMEOUT"),
-        (APIConnectionError("Connection error."), "SDK/网络", "连不上服务器", "端口"),
-        (RuntimeError("boom"), "SDK/网络", "boom", "openai"),
-    ],
+    "error", [IndexError("pop from empty list"), TypeError("bad"), KeyError("k")]
 )
-def test_request_failures_name_the_link_and_the_providers_words(
-    error, link, reason_part, hint_part
-):
-    with pytest.raises(AgentStop) as caught:
+def test_an_exception_from_the_request_that_is_not_the_outside_world_is_not_translated(error):
+    # Rule 4: only the SDK's own failures become reports; anything else is a bug to show
+    with pytest.raises(type(error)) as caught:
         lesson.run_agent(failing_client(error), "m", "q")
-    stop = caught.value
-    assert (stop.link, stop.exit_code) == (link, 3)
-    assert reason_part in stop.reason and hint_part in stop.hint
-    assert (stop.step, stop.last_ok) == (1, "Harness 已就绪，user 消息已写入历史")
+    assert caught.value is error
 
 
 @pytest.mark.parametrize(
@@ -646,59 +591,14 @@ def test_any_provider_output_ends_in_an_answer_or_an_agent_stop(responses):
     outcome, client, messages, lines = run_fake(*responses)
     assert isinstance(outcome, (str, AgentStop))
     assert 1 <= len(client.requests) <= MAX_STEPS
-    for line in lines:
-        assert terminal_safe(line)
+    for line in lines:  # what reaches a person passes redact(): printed safely, whatever came
+        assert terminal_safe(lesson.redact(line, set()))
     for message in messages:
         json.dumps(message, ensure_ascii=False).encode("utf-8")  # the next request can be sent
     assert unanswered_or_stray(messages) == []
     if isinstance(outcome, AgentStop):
         assert outcome.link in {"Harness", "Provider", "Model"} and outcome.last_ok
-        assert terminal_safe(outcome.reason)
-
-
-class RemoteProtocolError(Exception):
-    pass
-
-
-class DecodingError(Exception):
-    pass
-
-
-class ConnectError(Exception):
-    pass
-
-
-def connection_error(cause):
-    error = APIConnectionError("Connection error.")
-    error.__cause__ = cause
-    return error
-
-
-@pytest.mark.parametrize(
-    ("cause", "reason_part"),
-    [
-        (RemoteProtocolError("peer closed connection without sending complete body"), "中途断开"),
-        (DecodingError("Error -3 while decompressing data: incorrect header check"), "无法解码"),
-        (ConnectError("[Errno 111] Connection refused"), "连不上服务器"),
-    ],
-)
-def test_a_response_that_broke_off_is_not_called_unreachable(cause, reason_part):
-    stop = lesson.explain_request_failure(connection_error(cause))
-    assert (stop.link, stop.exit_code) == ("SDK/网络", 3)
-    assert reason_part in stop.reason and str(cause) in stop.reason
-    assert ("连不上" in stop.reason) == isinstance(cause, ConnectError)
-
-
-def test_a_failure_nothing_recognises_still_reads_as_a_request_failure():
-    stop = lesson.explain_request_failure(RuntimeError("something new"))
-    assert (stop.link, stop.exit_code) == ("SDK/网络", 3)
-    assert stop.reason == "请求失败（RuntimeError: something new）"
-    assert stop.hint == "检查 openai 的版本与网络"
-
-
-def test_the_whole_request_deadline_reads_as_a_timeout():
-    stop = lesson.explain_request_failure(lesson.WholeRequestTimeout("整次请求超过 3 秒"))
-    assert stop.reason.startswith("请求超时") and "OPENAI_TIMEOUT" in stop.hint
+        assert terminal_safe(lesson.redact(outcome.reason, set()))
 
 
 def test_a_hostile_error_page_is_read_from_a_bounded_prefix():
@@ -728,17 +628,20 @@ class SlowClient:
 def test_the_deadline_client_gives_up_on_a_request_that_never_finishes():
     slow = SlowClient()
     try:
-        with pytest.raises(lesson.WholeRequestTimeout):
-            lesson.DeadlineClient(slow, 0.2).create(model="m")
+        with pytest.raises(AgentStop) as caught:
+            lesson.DeadlineClient(slow, 0.2, ()).create(model="m")
     finally:
         slow.release.set()
+    stop = caught.value
+    assert (stop.link, stop.exit_code) == ("SDK/网络", 3)
+    assert stop.reason.startswith("请求超时（WholeRequestTimeout") and "OPENAI_TIMEOUT" in stop.hint
 
 
-def test_the_deadline_client_passes_responses_and_errors_through():
+def test_the_deadline_client_passes_responses_and_harness_bugs_through():
     ok = lesson.FakeClient("response")
-    assert lesson.DeadlineClient(ok, 5).chat.completions.create(model="m") == "response"
+    assert lesson.DeadlineClient(ok, 5, ()).chat.completions.create(model="m") == "response"
     assert ok.requests == [{"model": "m"}]
-    error = FakeSDKError(400, {"message": "bad"})
-    with pytest.raises(FakeSDKError) as caught:
-        lesson.DeadlineClient(failing_client(error), 5).create(model="m")
+    error = ZeroDivisionError("a bug inside the request path")
+    with pytest.raises(ZeroDivisionError) as caught:
+        lesson.DeadlineClient(failing_client(error), 5, ()).create(model="m")
     assert caught.value is error

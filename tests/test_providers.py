@@ -433,8 +433,8 @@ HARMONY = {
 def test_harmony_markup_is_a_call_written_as_text(run, provider, content):
     provider.script(completion(content=content, finish_reason="stop"), FINAL)
     result = run(OPENAI_MODEL="gpt-oss-20b")
-    assert_stopped(result, 1, "[Provider] step 1: ")
-    assert "Harmony" in result.err
+    assert_stopped(result, 1, "[Provider] step 1: 模型把调用写成了文字")
+    assert result.err.splitlines()[1].endswith(lesson.HINT_CALL_AS_TEXT)
     assert result.out.splitlines() == ["step 1: finish_reason=stop"]
     assert len(provider.requests) == 1
 

@@ -83,12 +83,20 @@ PLANTED_BUGS = {
         'if not {"a", "b"} <= set(arguments):',
     ),
     "length passed off as final": (
-        'if finish_reason != "stop":',
-        'if finish_reason not in ("stop", "length"):',
+        'if choice.finish_reason != "stop":',
+        'if choice.finish_reason not in ("stop", "length"):',
     ),
     "tool calls run whatever the finish_reason": (
-        'if finish_reason not in ("tool_calls", "stop"):',
+        'if choice.finish_reason not in ("tool_calls", "stop"):',
         "if False:",
+    ),
+    "the assistant message stored after its results": (
+        "messages.append(reply)  # 先存 assistant",
+        "pass  # 先存 assistant",
+    ),
+    "strings turned into integers": (
+        'multiply(arguments["a"], arguments["b"])',
+        'multiply(int(arguments["a"]), int(arguments["b"]))',
     ),
     "tool calls with stop refused": ('not in ("tool_calls", "stop"):', 'not in ("tool_calls",):'),
     "Gemini's extra_content dropped": (
@@ -104,8 +112,8 @@ PLANTED_BUGS = {
         'ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details", "reasoning")',
     ),
     "think block printed as the answer": (
-        'THINK_BLOCKS.sub("", message.content or "", count=1)',
-        '(message.content or "")',
+        "text = without_reasoning(text_of(message.content))",
+        "text = text_of(message.content)",
     ),
     "missing ids accepted": ("not all(ids) or ", ""),
     "duplicate ids accepted": (" or len(set(ids)) < len(ids)", ""),

@@ -153,10 +153,10 @@ def test_calls_missing_attributes_do_not_crash_the_router():
 
 
 def test_error_messages_stay_one_bounded_line():
+    # Bounded data for the model; escaping for a terminal happens where text is shown (redact)
     name = "x\n\x1b[31m" + "y" * 5000
     message = run('{"a":248,"b":15}', name)["message"]
-    assert "\n" not in message and "\x1b" not in message
-    assert len(message) < 200
+    assert "\n" not in message and len(message) < 200
 
 
 def test_the_script_never_calls_eval_exec_or_compile():
