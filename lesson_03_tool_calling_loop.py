@@ -134,9 +134,8 @@ HARNESS, SDK_NETWORK, PROVIDER, MODEL = "Harness", "SDK/网络", "Provider", "Mo
 
 
 class AgentStop(Exception):
-    """让 Loop 停下的唯一异常。工具参数填错是数据：交回模型，Loop 照常继续；协议状态不可信（缺 id、
-    调用被截断、字段互相矛盾）时谁也不能替 Provider 猜，就停下整个 Loop。它带着失败的一环（link）、
-    原因和建议；Trail 补上第几步、最后一个成功事件和没写进历史的那条响应（refused）。"""
+    """让 Loop 停下的唯一异常：协议状态不可信（缺 id、调用被截断、字段矛盾）时谁也不能替 Provider
+    猜。参数填错只是数据，交回模型。带着失败的一环（link）、原因和建议；其余由 Trail 补上。"""
 
     def __init__(self, link: str, reason: str, hint: str, exit_code: int = EXIT_STOPPED):
         super().__init__(reason)
@@ -173,6 +172,8 @@ FINISH_REASONS = {  # 不自然的结束 -> (失败的一环, 含义, 建议)；
     "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_POLICY),
     "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
     "function_call": (PROVIDER, "OpenAI 已弃用的旧 functions 协议", HINT_ENDPOINT),
+    "sensitive": (PROVIDER, "内容被 Provider 的安全审核拦下（智谱）", HINT_POLICY),
+    "network_error": (PROVIDER, "Provider 的推理服务出错（智谱）", "稍后再试；一直如此就换模型"),
 }
 HINT_MAX_STEPS = "模型一直在调用工具；检查问题、模型能力，以及工具错误是否反复出现"
 HINT_TOO_MANY = f"上限是 {MAX_TOOL_CALLS}，一个都没执行；这个端点或模型的输出不正常，换一个再试"
@@ -453,8 +454,7 @@ def check_max_steps() -> None:
     expect(len(client.requests) == MAX_STEPS, f"应正好发出 {MAX_STEPS} 次请求")
     last = f"call_{MAX_STEPS - 1}"
     expect(messages[-1].get("tool_call_id") == last, "最后一次工具结果应写入本地历史")
-    sent_ids = [m.get("tool_call_id") for m in client.requests[-1]["messages"]]
-    expect(last not in sent_ids, "最后一次工具结果不应发给模型")
+    expect(last not in json.dumps(client.requests[-1]), "最后一次工具结果不应发给模型")
 
 
 def check_provider_fields() -> None:
@@ -581,7 +581,7 @@ def provider_text(body: object) -> str:
     """Provider 的原话：拆开 [...]、{"error": ...} 和 OpenRouter 的 metadata.raw；网页取标题。"""
     body = body[0] if isinstance(body, list) and body else body  # Gemini 把错误包在列表里
     if isinstance(body, dict):
-        inner = body.get("error", body)
+        inner = body.get("error", body.get("errors", body))  # 魔搭的 429 用 "errors"
         if not isinstance(inner, dict):
             return clip(inner)
         said, raw = clip(inner.get("message") or inner), (inner.get("metadata") or {}).get("raw")
@@ -602,12 +602,16 @@ def provider_text(body: object) -> str:
 
 
 def redact(text: str, secrets: set) -> str:
-    """给人看之前的唯一一道关：每个秘密（原样、JSON、URL 编码、换行折成空格的写法，也包括截断处
+    """给人看之前的唯一一道关：每个秘密（原样、JSON 转义几层、URL 编码、换行折成空格，也包括截断处
     “…”前的半个）和地址里的 用户名:密码@ 都换成 ***；能操纵终端的字符写成 \\u001b 这样的转义。"""
     from urllib.parse import quote
 
     for secret in sorted(secrets, key=len, reverse=True):
-        for form in {secret, json.dumps(secret)[1:-1], quote(secret, safe=""), clip(secret, 10**9)}:
+        forms = {quote(secret), quote(secret, safe=""), clip(secret, 10**9)}
+        for _ in range(4):  # JSON 字符串里的 JSON（如 arguments）每套一层就多转义一次
+            forms.add(secret)
+            secret = json.dumps(secret)[1:-1]
+        for form in forms:
             text = text.replace(form, "***")
             for size in range(len(form) - 1, 7, -1):  # 从长到短：半个 key 也是泄露
                 text = text.replace(form[:size] + "…", "***…")
@@ -736,9 +740,12 @@ def looks_like_tool_call_text(text: str) -> bool:
         return True
     if re.fullmatch(r"\[\s*[A-Za-z_]\w*\(\s*\w+\s*=.*\)\s*\]", body, re.S):  # [multiply(a=2, b=3)]
         return True
+    braces = len(body) - len(body.lstrip("{"))  # 模板的 {{ }} 漏进回答时，多出的花括号不算
     try:
-        value = json.loads(body)
+        value, end = json.JSONDecoder().raw_decode(body, max(braces - 1, 0))
     except (ValueError, RecursionError):
+        return False
+    if body[end:].strip("} \t\n"):  # JSON 后面还有别的文字：那是回答
         return False
     value = value.get("tool_calls", value) if isinstance(value, dict) and len(value) == 1 else value
     return all(map(is_written_call, value if isinstance(value, list) and value else [value]))
@@ -766,7 +773,7 @@ HINT_MODEL = "检查 OPENAI_MODEL：与 Provider 模型列表一字不差、账�
 HINT_PATH = "再看 OPENAI_BASE_URL 的路径（多以 /v1 结尾；智谱 /api/paas/v4，火山方舟 /api/v3）"
 HINT_RATE = "触发了频率、并发或用量限制：稍等再试；一直如此就查 Provider 控制台里的限额"
 HINT_NO_TOOLS = "换支持 tools 的模型或端点（vLLM 开自动工具选择，llama.cpp 加 --jinja）；不用改工具"
-HINT_THINKING = "这个模型开着思考时只收流式请求，本课发的是普通请求：换不思考的模型（如 qwen-plus）"
+HINT_THINKING = "这个模型思考时只收流式请求，本课发普通请求：换个不思考的模型（README 每家都列了）"
 HINT_ECHO = "脚本已原样带回 Provider 要的推理字段和签名；仍报这个错，多半是中间的网关丢了它们"
 HINT_REGION = "这家 Provider 不向你所在的国家或地区提供服务：换一家（README 里有国内的）"
 HINT_CONTEXT = "超出了模型的上下文或输出长度：缩短问题，或换上下文更大的模型"
@@ -792,8 +799,9 @@ KNOWN_WORDS = [
     ("context length|maximum context|token limit|too long|超长", MODEL, HINT_CONTEXT),
     ("input length|exceeds max", MODEL, HINT_CONTEXT),
     ("rate ?limit|too many requests|throttling|limit requests|request limit", PROVIDER, HINT_RATE),
-    ("overloaded|并发|频率|速率限制|访问量过大", PROVIDER, HINT_RATE),
-    ("inappropriate content|data inspection|敏感|high risk", PROVIDER, HINT_POLICY),
+    ("usage limit|overloaded|并发|频率|速率限制|访问量过大", PROVIDER, HINT_RATE),
+    ("inappropriate content|data inspection|sensitive content|敏感", PROVIDER, HINT_POLICY),
+    ("high risk|unsafe", PROVIDER, HINT_POLICY),
     ("bind your", PROVIDER, HINT_WORDS),  # 魔搭的 401：先绑定阿里云账号，不是 key 错了
 ]
 
@@ -923,8 +931,10 @@ def secrets_in(environ: dict) -> set:
     for name, value in environ.items():
         if re.fullmatch(r"(?i)openai_\w*|\w*_proxy|ssl\w*", name):
             found.update(match[0] for match in KEY_LIKE.finditer(value))
-            userinfo = r"(?s)^\s*(?:[A-Za-z][\w+.-]*:/*)?(.+)@"  # 一直到最后一个 @
-            found.update(re.findall(userinfo, value))
+            userinfo = re.findall(r"(?s)^\s*(?:[A-Za-z][\w+.-]*:/*)?(.+)@", value)  # 到最后的 @
+            found.update(userinfo)
+            passwords = [info.partition(":")[2] for info in userinfo]  # 单独出现也要遮
+            found.update(password for password in passwords if len(password) >= 8)
     return found
 
 
@@ -1065,7 +1075,11 @@ def make_client(config: dict) -> DeadlineClient:
     openai = imported_sdk()
     # SDK 用的 HTTP 库（openai 3.x 是 httpx2，更早的是 httpx）：代理的规则问它，不自己另写一套
     http = importlib.import_module(openai.DefaultHttpxClient.__mro__[1].__module__)
-    proxy = proxy_for(config["base_url"], http)
+    try:
+        proxy = proxy_for(config["base_url"], http)
+    except (ValueError, http.InvalidURL) as error:  # httpx 自己也解析不了某个代理变量
+        what = f"httpx 解析不了代理变量（{type(error).__name__}: {clip(str(error), 160)}）"
+        raise config_error(what, "检查 NO_PROXY 与 *_PROXY 的写法，或运行前 unset 它们") from None
     # SDK 还会自己从环境读组织、项目和 OPENAI_CUSTOM_HEADERS：没交给它的，用 Omit 一一盖掉
     custom = os.environ.get("OPENAI_CUSTOM_HEADERS", "").splitlines()
     headers = {line.partition(":")[0].strip(): openai.Omit() for line in custom}

@@ -212,6 +212,74 @@ def test_the_api_key_never_appears_in_a_configuration_report(run, env, server, o
     assert secret not in result.out + result.err
 
 
+# Rule 6: a value that fails a check is described by the mistake that produces it, found by one
+# check per variable (the same check for every variable), and the report says what to do.
+# (variable, value, words the first line must contain, words the hint must contain)
+MISTAKES = [
+    pytest.param("OPENAI_API_KEY", "Bearer " + KEY, ["Bearer"], ["Bearer"], id="bearer-prefix"),
+    pytest.param("OPENAI_API_KEY", f'"{KEY}"', ["引号"], ["引号"], id="quoted-key"),
+    pytest.param(
+        "OPENAI_BASE_URL", '"http://127.0.0.1:{port}/v1"', ["引号"], ["引号"], id="quoted-url"
+    ),
+    pytest.param(
+        "OPENAI_BASE_URL",
+        "'http://127.0.0.1:{port}/v1'",
+        ["引号"],
+        ["引号"],
+        id="single-quoted-url",
+    ),
+    pytest.param("OPENAI_MODEL", "“gpt-4o-mini”", ["引号"], ["引号"], id="curly-quoted-model"),
+    pytest.param(
+        "OPENAI_BASE_URL",
+        "http：//127.0.0.1:{port}/v1",
+        ["第 5 个字符", "全角", "："],
+        [":"],
+        id="full-width-colon",
+    ),
+    pytest.param(
+        "OPENAI_BASE_URL",
+        "http://127.0.0.1：{port}/v1",
+        ["第 17 个字符", "全角"],
+        [":"],
+        id="full-width-colon-before-port",
+    ),
+    pytest.param("OPENAI_TIMEOUT", "６０", ["第 1 个字符", "全角"], ["6"], id="full-width-digits"),
+    pytest.param(
+        "OPENAI_API_KEY", "sk-cli secret-0123456789", ["第 7 个字符", "空白"], [], id="space"
+    ),
+    pytest.param(
+        "OPENAI_API_KEY",
+        "http://127.0.0.1:{port}/v1",
+        ["地址"],
+        ["OPENAI_BASE_URL", "填反"],
+        id="url-as-key",
+    ),
+    pytest.param("OPENAI_BASE_URL", KEY, ["API Key"], ["OPENAI_BASE_URL", "填反"], id="key-as-url"),
+    pytest.param("OPENAI_MODEL", KEY, ["API Key"], ["OPENAI_MODEL", "填反"], id="key-as-model"),
+]
+
+
+@pytest.mark.parametrize(("variable", "value", "named", "advised"), MISTAKES)
+def test_a_common_mistake_is_named_as_the_mistake(
+    run, env, server, variable, value, named, advised
+):
+    result = run([], {**env, variable: value.replace("{port}", str(server.port))})
+    first, second = [*result.err_lines, "", ""][:2]
+    assert (result.code, len(result.err_lines), server.requests) == (2, 2, []), result.err
+    assert first.startswith(f"[Harness] {variable} 不可用"), first
+    assert all(word in first for word in named), first
+    assert second.startswith("建议：") and all(word in second for word in advised), second
+    assert KEY not in result.err  # the key itself is never echoed, whichever variable holds it
+
+
+def test_a_swapped_key_and_url_never_print_the_key(run, server):
+    result = run(
+        [], {"OPENAI_API_KEY": server.base_url, "OPENAI_BASE_URL": KEY, "OPENAI_MODEL": "m"}
+    )
+    assert result.code == 2 and KEY not in result.err and KEY[:8] not in result.err
+    assert "OPENAI_BASE_URL" in result.err and "填反" in result.err
+
+
 # ---------------------------------------------------------------------------
 # Arguments
 # ---------------------------------------------------------------------------

@@ -341,6 +341,9 @@ CALLS_WRITTEN_AS_TEXT = {
     "call then an end token": '{"name": "multiply", "arguments": {}}<|im_end|>',
     "after a think block": '<think>用乘法</think>\n{"name": "multiply", "arguments": {"a": 2}}',
     "after an unopened think block": '先想想</think>{"name": "multiply", "arguments": {"a": 2}}',
+    # Qwen2.5-Coder-1.5B on its GGUF's own template, llama-server, 2026-12-02 (1 run of 6): the
+    # template's {{ }} leaked around the call
+    "doubled braces (real)": '{{"name": "multiply", "arguments": {"a": 12, "b": 34}}}}',
 }
 CALL_TAG_TEXTS = [  # chat-template markup at the start of the reply
     '<tool_call>{"name": "multiply", "arguments": {}}',

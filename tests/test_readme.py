@@ -11,7 +11,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_every_function_in_the_article_map_exists():
-    section = README.split("## 课文与代码的对照", 1)[1].split("\n## ", 1)[0]
+    section = README.split("### 课文与代码的对照", 1)[1].split("\n#", 1)[0]
     # eval() is named there as what the lesson refuses to use, not as a function of ours
     names = [name for name in re.findall(r"`(\w+)\(\)`", section) if name not in vars(builtins)]
     assert len(names) >= 10
@@ -60,7 +60,7 @@ def test_ci_asserts_the_python_and_openai_pairs_the_readme_lists():
 
 
 def test_the_exit_code_table_matches_the_help_text():
-    table = README.split("### 退出码", 1)[1].split("\n## ", 1)[0]
+    table = README.split("### 退出码", 1)[1].split("\n#", 1)[0]
     codes = re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)
     assert codes == ["0", "1", "2", "3", "4", "130"]
     help_codes = re.findall(
@@ -101,7 +101,7 @@ def test_the_verified_llama_cpp_command_loads_the_template_that_ships_here():
     assert args[args.index("-m") + 1].endswith("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
     port = args[args.index("--port") + 1]
     assert f'export OPENAI_BASE_URL="http://127.0.0.1:{port}/v1"' in section
-    failures = README.split("## 出错时怎么查", 1)[1].split("\n## ", 1)[0]
+    failures = README.split("### 全部失败的对照表", 1)[1].split("\n#", 1)[0]
     assert template in failures  # the call-as-text row points there too
 
 

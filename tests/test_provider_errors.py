@@ -1,0 +1,975 @@
+"""The first errors people hit with 2025–2026 providers, and their tool-call shapes.
+
+Part 1: each HTTP error is the provider's own body, played by a scripted server, so the report
+quotes their words and gives the hint that fits them: a ModelScope 401 that means "bind your
+Alibaba Cloud account" or an OpenCode 401 for a model on the wrong route must not say "check the
+key". Part 2: tool-call turns whose shape differs from OpenAI's, served by a fake that refuses the
+second request the way the provider does when something it sent does not come back.
+Every run is main() in-process: the real openai SDK over real HTTP on 127.0.0.1. Each case
+names its source and date (README's 出处 lists them too); a body a thread printed as a Python
+repr is written as JSON here, words unchanged. Hints are named, not quoted, so their wording
+can change.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import openai  # no skip: without the SDK these tests must fail, not vanish
+import pytest
+
+import lesson_03_tool_calling_loop as lesson
+from tests.provider_server import Reply, completion, refuse_unless, tool_call
+from tests.runs import Run
+
+pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
+
+KEY = "sk-provider-errors-test-7f6e5d4c3b2a"
+ARGS = '{"a":248,"b":15}'
+RESULT = '{"status":"completed","result":3720}'
+ANSWER = "248 乘以 15 等于 3720。"
+
+
+@pytest.fixture
+def run(provider, capsys):
+    def runner(*args, model="test-model"):
+        env = {
+            "OPENAI_API_KEY": KEY,
+            "OPENAI_MODEL": model,
+            "OPENAI_BASE_URL": provider.base_url,
+            "OPENAI_TIMEOUT": "5",
+        }
+        code = lesson.main(list(args), env)
+        captured = capsys.readouterr()
+        return Run(code, captured.out, captured.err)
+
+    return runner
+
+
+# ======================= 1. First errors, in the providers' own words =======================
+
+
+@dataclass(frozen=True)
+class FirstError:
+    provider: str
+    model: str
+    status: int
+    body: object  # the JSON body as the provider sends it
+    link: str  # "Provider" or "Model"
+    hint: str  # the name of the script's constant
+    said: str  # a characteristic part of the provider's words, as the report quotes them
+    text: bool = False  # send body (a str) as text/plain instead of JSON
+
+
+P, M = "Provider", "Model"
+
+FIRST_ERRORS = {
+    # ---- DeepSeek ----
+    # droidrun/mobilerun#28 (2025-04-23), HTTP/1.1 401; Python repr there
+    "deepseek 401 Authentication Fails": FirstError(
+        "DeepSeek", "deepseek-chat", 401,
+        {"error": {"message": 'Authentication Fails, Your api key: ****18b" is invalid',
+                   "type": "authentication_error", "param": None,
+                   "code": "invalid_request_error"}},
+        P, "HINT_KEY", "Authentication Fails, Your api key",
+    ),
+    # continuedev/continue#10121 (2026-02-02) status; body Aider-AI/aider#4851 (2026-02-19)
+    "deepseek 402 Insufficient Balance": FirstError(
+        "DeepSeek", "deepseek-chat", 402,
+        {"error": {"message": "Insufficient Balance", "type": "unknown_error", "param": None,
+                   "code": "invalid_request_error"}},
+        P, "HINT_BALANCE", "Insufficient Balance",
+    ),
+    # liyupi/yu-ai-code-mother#5 (2025-12-29); same body hotovo/aider-desk#529 (2025-12-08)
+    "deepseek 400 Missing reasoning_content": FirstError(
+        "DeepSeek", "deepseek-v4-flash", 400,
+        {"error": {"message": "Missing `reasoning_content` field in the assistant message at "
+                   "message index 2. For more information, please refer to "
+                   "https://api-docs.deepseek.com/guides/thinking_mode#tool-calls",
+                   "type": "invalid_request_error", "param": None,
+                   "code": "invalid_request_error"}},
+        P, "HINT_ECHO", "Missing `reasoning_content` field",
+    ),
+    # ---- 阿里云百炼 DashScope, compatible mode ----
+    # infiniflow/ragflow#8415 (2025-06-23), HTTP/1.1 401 Unauthorized; Python repr there
+    "dashscope 401 invalid_api_key": FirstError(
+        "DashScope", "qwen-plus", 401,
+        {"error": {"message": "Incorrect API key provided. ", "type": "invalid_request_error",
+                   "param": None, "code": "invalid_api_key"},
+         "request_id": "f95ddd14-e529-9caa-85d2-86ffc9b233a8"},
+        P, "HINT_KEY", "Incorrect API key provided.",
+    ),
+    # dinoanderson/qwen_cli_coder#1 (2025-06-30), 401, native-style body
+    "dashscope 401 InvalidApiKey native body": FirstError(
+        "DashScope", "qwen-plus", 401,
+        {"code": "InvalidApiKey", "message": "Invalid API-key provided.",
+         "request_id": "01415ff3-53f4-989d-83c0-3eb61fa1418e"},
+        P, "HINT_KEY", "Invalid API-key provided.",
+    ),
+    # status: QwenLM/Qwen#1414 (2025-07-29); body: QuantumNous/new-api#1401 (2025-07-19)
+    "dashscope 400 Arrearage": FirstError(
+        "DashScope", "qwen-plus", 400,
+        {"error": {"message": "Access denied, please make sure your account is in good standing.",
+                   "type": "Arrearage", "param": "", "code": "Arrearage"}},
+        P, "HINT_BALANCE", "please make sure your account is in good standing",
+    ),
+    # 666ghj/BettaFish#609 (2026-03-10), HTTP 403; Python repr there
+    "dashscope 403 AllocationQuota.FreeTierOnly": FirstError(
+        "DashScope", "qwen-plus", 403,
+        {"error": {"message": "The free tier of the model has been exhausted. If you wish to "
+                   "continue access the model on a paid basis, please disable the \"use free "
+                   "tier only\" mode in the management console.",
+                   "type": "AllocationQuota.FreeTierOnly", "param": None,
+                   "code": "AllocationQuota.FreeTierOnly"},
+         "id": "chatcmpl-d4397d9d-0be3-9f4f-8e01-15a4eaa80970",
+         "request_id": "d4397d9d-0be3-9f4f-8e01-15a4eaa80970"},
+        P, "HINT_BALANCE", "The free tier of the model has been exhausted.",
+    ),
+    # tencentmusic/supersonic#2355 (2025-08-05), HTTP 400
+    "dashscope 400 enable_thinking non-streaming": FirstError(
+        "DashScope", "qwen3-8b", 400,
+        {"error": {"code": "invalid_parameter_error",
+                   "message": "parameter.enable_thinking must be set to false for non-streaming "
+                   "calls",
+                   "param": None, "type": "invalid_request_error"},
+         "request_id": "53ada3be-865a-4b26-a48d-1ca6e3cf6219"},
+        M, "HINT_THINKING", "parameter.enable_thinking must be set to false",
+    ),
+    # alibaba/spring-ai-alibaba#867 (2025-05-16), HTTP 400, the Chinese wording
+    "dashscope 400 enable_thinking non-streaming, Chinese": FirstError(
+        "DashScope", "qwen3-8b", 400,
+        {"error": {"code": "invalid_parameter_error", "param": None,
+                   "message": "parameter.enable_thinking必须设置为false才能进行非流式调用",
+                   "type": "invalid_request_error"}},
+        M, "HINT_THINKING", "parameter.enable_thinking必须设置为false才能进行非流式调用",
+    ),
+    # 666ghj/BettaFish#449 (2025-12-04), HTTP 400; Python repr there
+    "dashscope 400 data_inspection_failed": FirstError(
+        "DashScope", "qwen-plus", 400,
+        {"error": {"message": "Input data may contain inappropriate content. For details, see: "
+                   "https://help.aliyun.com/zh/model-studio/error-code#inappropriate-content",
+                   "type": "data_inspection_failed", "param": None,
+                   "code": "data_inspection_failed"},
+         "id": "chatcmpl-c2b25c93-9684-4d7e-91df-793f0cdbef88",
+         "request_id": "c2b25c93-9684-4d7e-91df-793f0cdbef88"},
+        P, "HINT_POLICY", "Input data may contain inappropriate content.",
+    ),
+    # the message as QwenLM/qwen-code#98 (2025-07-24, HTTP 400, qwen3-coder-480b) quotes it, in
+    # the compatible-mode error envelope (the thread shows the message only)
+    "dashscope 400 Range of input length": FirstError(
+        "DashScope", "qwen3-coder-480b-a35b-instruct", 400,
+        {"error": {"code": "invalid_parameter_error", "param": None,
+                   "message": "<400> InternalError.Algo.InvalidParameter: Range of input length "
+                   "should be [1, 204800]",
+                   "type": "invalid_request_error"}},
+        M, "HINT_CONTEXT", "Range of input length should be [1, 204800]",
+    ),
+    # ---- ModelScope API-Inference ----
+    # wanshuiyin/Auto-claude-code-research-in-sleep#114 (2026-04-06), 401; Python repr there
+    "modelscope 401 token": FirstError(
+        "ModelScope", "Qwen/Qwen3-32B", 401,
+        {"error": {"message": "Authentication failed, please make sure that a valid ModelScope "
+                   "token is supplied.",
+                   "request_id": "766a653d-6fd9-4d18-bd38-e3e9239363ff"}},
+        P, "HINT_KEY", "a valid ModelScope token is supplied",
+    ),
+    # agentscope-ai/QwenPaw#1644 (2026-03-17), 401; request_id redacted by the poster.
+    # The key is fine: the account must first be bound (modelscope/modelscope#1524, 2025-10-14)
+    "modelscope 401 bind your Alibaba Cloud account": FirstError(
+        "ModelScope", "Qwen/Qwen3-32B", 401,
+        {"error": {"message": "Please bind your Alibaba Cloud account before use.",
+                   "request_id": "xxxx"}},
+        P, "HINT_WORDS", "Please bind your Alibaba Cloud account before use.",
+    ),
+    # musistudio/claude-code-router#948 (2025-10-23), 400, Qwen/Qwen3-235B-A22B-Thinking-2507
+    "modelscope 400 enable thinking with stream=False": FirstError(
+        "ModelScope", "Qwen/Qwen3-235B-A22B-Thinking-2507", 400,
+        {"error": {"code": "invalid_parameter_error",
+                   "message": "enable thinking can not be support when `stream=False`.",
+                   "type": "invalid_request_error"},
+         "request_id": "214720c8-be84-4841-bcd4-5ccbb30921e0"},
+        M, "HINT_THINKING", "enable thinking can not be support when `stream=False`.",
+    ),
+    # musistudio/claude-code-router#462 (2025-08-06), 429; note the top-level "errors"
+    "modelscope 429 errors, plural": FirstError(
+        "ModelScope", "Qwen/Qwen3-32B", 429,
+        {"errors": {"message": "Request limit exceeded.",
+                    "request_id": "30da26a6-d7fc-4378-8545-15f489552584"}},
+        P, "HINT_RATE", "Request limit exceeded.",
+    ),
+    # ---- Kimi / Moonshot ----
+    # can1357/oh-my-pi#6292 (2026-07-22), 401; a terminal line break rejoined
+    "kimi 401 invalid_authentication_error": FirstError(
+        "Kimi", "kimi-k2.6", 401,
+        {"error": {"message": "Invalid Authentication", "type": "invalid_authentication_error"}},
+        P, "HINT_KEY", "Invalid Authentication",
+    ),
+    # langgenius/dify-official-plugins#3578 (2026-08-04), 404
+    "kimi 404 resource_not_found_error": FirstError(
+        "Kimi", "kimi-k2.5", 404,
+        {"error": {"message": "Not found the model kimi-k2.5 or Permission denied",
+                   "type": "resource_not_found_error"}},
+        P, "HINT_MODEL", "Not found the model kimi-k2.5 or Permission denied",
+    ),
+    # MoonshotAI/kimi-code#1857 (2026-07-17), 429 from api.moonshot.cn; ids elided in the PR
+    "kimi 429 exceeded_current_quota_error, suspended": FirstError(
+        "Kimi", "kimi-k2.6", 429,
+        {"error": {"message": "Your account org-… <ak-…> is suspended due to insufficient "
+                   "balance, please recharge your account or check your plan and billing "
+                   "details",
+                   "type": "exceeded_current_quota_error"}},
+        P, "HINT_BALANCE", "is suspended due to insufficient balance",
+    ),
+    # LLM-Red-Team/kimi-cc#16 (2025-07-14), 429, via Moonshot's Anthropic-compatible route
+    "kimi 429 rate_limit_reached_error": FirstError(
+        "Kimi", "kimi-k2.6", 429,
+        {"error": {"message": "Your account org-[redacted]<ak-[redacted]> request reached "
+                   "organization max RPM: 3, please try again after 1 seconds",
+                   "type": "rate_limit_reached_error"}},
+        P, "HINT_RATE", "request reached organization max RPM: 3",
+    ),
+    # MoonshotAI/kimi-cli#2011 (2026-04-22), 400; Python repr there, "(re quested" rejoined
+    "kimi 400 token limit": FirstError(
+        "Kimi", "kimi-k2.6", 400,
+        {"error": {"message": "Invalid request: Your request exceeded model token limit: 262144 "
+                   "(requested: 269030)",
+                   "type": "invalid_request_error"}},
+        M, "HINT_CONTEXT", "Your request exceeded model token limit: 262144",
+    ),
+    # VicBilibily/GCMP#162 (2026-05-08), 400, Kimi Code endpoint (adds the outer "type")
+    "kimi 400 reasoning_content missing": FirstError(
+        "Kimi", "kimi-k2.6", 400,
+        {"error": {"type": "invalid_request_error",
+                   "message": "thinking is enabled but reasoning_content is missing in assistant "
+                   "tool call message at index 12"},
+         "type": "error"},
+        P, "HINT_ECHO", "thinking is enabled but reasoning_content is missing",
+    ),
+    # ---- 智谱 BigModel ----
+    # FoundationAgents/MetaGPT#1373 (2024-06-28); no status in the thread, the docs' worked
+    # example pairs 401 with 1002
+    "bigmodel 401 1002 Token非法": FirstError(
+        "BigModel", "glm-4.7-flash", 401,
+        {"error": {"code": "1002",
+                   "message": "Authorization Token非法，请确认Authorization Token正确传递。"}},
+        P, "HINT_KEY", "Authorization Token非法",
+    ),
+    # MetaGLM/zhipuai-sdk-python-v4#8 (2024-02-20), 401
+    "bigmodel 401 1003 Token已过期": FirstError(
+        "BigModel", "glm-4.7-flash", 401,
+        {"error": {"code": "1003", "message": "Authorization Token已过期，请重新生成/获取。"}},
+        P, "HINT_KEY", "Authorization Token已过期",
+    ),
+    # zhayujie/CowAgent#2910 (2026-06-19), 429 against open.bigmodel.cn/api/paas/v4
+    "bigmodel 429 1113 余额不足": FirstError(
+        "BigModel", "glm-4.7-flash", 429,
+        {"error": {"code": "1113", "message": "余额不足或无可用资源包,请充值。"}},
+        P, "HINT_BALANCE", "余额不足或无可用资源包,请充值。",
+    ),
+    # yilewang/llm-for-zotero#17 (2026-02-12), 429
+    "bigmodel 429 1302 速率限制": FirstError(
+        "BigModel", "glm-4.7-flash", 429,
+        {"error": {"code": "1302", "message": "您的账户已达到速率限制，请您控制请求频率"}},
+        P, "HINT_RATE", "您的账户已达到速率限制",
+    ),
+    # zhukunpenglinyutong/jetbrains-cc-gui#897, comment 2026-04-16, 429 (likely the
+    # Anthropic-compatible route)
+    "bigmodel 429 1305 访问量过大": FirstError(
+        "BigModel", "glm-4.7-flash", 429,
+        {"error": {"code": "1305", "message": "该模型当前访问量过大，请您稍后再试"},
+         "request_id": "20260416094124822021dae9564747"},
+        P, "HINT_RATE", "该模型当前访问量过大",
+    ),
+    # nexu-io/nexu#855 (2026-04-07) shows only "400 模型不存在，请检查模型代码。": the body is
+    # built from the documented envelope and code 1211 (docs.bigmodel.cn/cn/api/api-code)
+    "bigmodel 400 1211 模型不存在": FirstError(
+        "BigModel", "glm-4.7-flsh", 400,
+        {"error": {"code": "1211", "message": "模型不存在，请检查模型代码。"}},
+        P, "HINT_MODEL", "模型不存在，请检查模型代码。",
+    ),
+    # docs.bigmodel.cn/cn/guide/platform/securityaudit.md (undated), the documented body; its
+    # HTTP status is not documented: 400 here (the words choose the hint, whatever the status)
+    "bigmodel 400 1301 敏感内容": FirstError(
+        "BigModel", "glm-4.7-flash", 400,
+        {"contentFilter": [{"level": 1, "role": "user"}],
+         "error": {"code": "1301",
+                   "message": "系统检测到输入或生成内容可能包含不安全或敏感内容，请您避免输入易"
+                   "产生敏感内容的提示语，感谢您的配合。"}},
+        P, "HINT_POLICY", "系统检测到输入或生成内容可能包含不安全或敏感内容",
+    ),
+    # ---- Z.ai ----
+    # docs.z.ai/api-reference/api-code (undated), worked example, curl shows HTTP/2 401
+    "z.ai 401 1002": FirstError(
+        "Z.ai", "glm-4.5-flash", 401,
+        {"error": {"code": "1002",
+                   "message": "Authorization Token is invalid, please ensure that the "
+                   "Authorization Token is correctly provided."}},
+        P, "HINT_KEY", "Authorization Token is invalid",
+    ),
+    # zai-org/GLM-5#148 (2026-09-11); 429 with this body: 7836246/cursor2api#30 (2026-03-14)
+    "z.ai 429 1113 Insufficient balance": FirstError(
+        "Z.ai", "glm-5", 429,
+        {"error": {"code": "1113",
+                   "message": "Insufficient balance or no resource package. Please recharge."}},
+        P, "HINT_BALANCE", "Insufficient balance or no resource package.",
+    ),
+    # ---- 硅基流动 SiliconFlow ----
+    # ErlichLiu/DeepClaude#111 (2025-04-16), 400; same body QuantumNous/new-api#2734 (2026-01-24)
+    "siliconflow 400 20012 Model does not exist": FirstError(
+        "SiliconFlow", "Qwen/Qwen2.5-7B-Instruc", 400,
+        {"code": 20012, "message": "Model does not exist. Please check it carefully.",
+         "data": None},
+        P, "HINT_MODEL", "Model does not exist. Please check it carefully.",
+    ),
+    # FoundationAgents/OpenManus#438 (2025-03-11), 403; Python repr there
+    "siliconflow 403 30011 paid balance": FirstError(
+        "SiliconFlow", "Pro/deepseek-ai/DeepSeek-R1", 403,
+        {"code": 30011, "message": "The selected model requires paid balance. Your paid balance "
+         "is insufficient. Please top up and try again.", "data": None},
+        P, "HINT_BALANCE", "The selected model requires paid balance.",
+    ),
+    # AIDotNet/OpenDeepWiki#269 (2025-09-26), 429; this body has no "code"
+    "siliconflow 429 TPM limit": FirstError(
+        "SiliconFlow", "Qwen/Qwen2.5-7B-Instruct", 429,
+        {"message": "Request was rejected due to rate limiting. Details: TPM limit reached.",
+         "data": None},
+        P, "HINT_RATE", "Request was rejected due to rate limiting.",
+    ),
+    # agno-agi/agno#6259 (2026-02-01): "Error code: 401 - Api key is invalid"; only the bare
+    # string was seen (chatboxai/chatbox#2573, 2025-08-11), sent here as a JSON string
+    "siliconflow 401 Api key is invalid, a JSON string": FirstError(
+        "SiliconFlow", "Qwen/Qwen2.5-7B-Instruct", 401,
+        "Api key is invalid",
+        P, "HINT_KEY", "Api key is invalid",
+    ),
+    # chatboxai/chatbox#2573 (2025-08-11): Status Code 401, "Invalid token"; sent as plain text
+    "siliconflow 401 Invalid token, plain text": FirstError(
+        "SiliconFlow", "Qwen/Qwen2.5-7B-Instruct", 401,
+        "Invalid token",
+        P, "HINT_KEY", "Invalid token", text=True,
+    ),
+    # ---- 火山方舟 Volcengine Ark ----
+    # w4n9H/autocoder-nano#3 (2025-02-07), 404; Python dict there
+    "ark 404 InvalidEndpoint.NotFound": FirstError(
+        "Ark", "ep-20250207-abcde", 404,
+        {"error": {"code": "InvalidEndpoint.NotFound",
+                   "message": "The request targeted an endpoint that does not exist or is "
+                   "invalid. Request id: 021738925468725d237d31a05adcf01e52f51c0f328db3e922dfb",
+                   "param": "", "type": "NotFound"}},
+        P, "HINT_MODEL", "The request targeted an endpoint that does not exist",
+    ),
+    # the message as quoted in xinnan-tech/xiaozhi-esp32-server#1234 (2025-05-14; the thread cuts
+    # the body off after it, %!s(int64=…) as on the wire). The rest is built: param "" and type
+    # NotFound as the doc table gives for HTTP 404 (volcengine.com/docs/82379/1299023, 2025.04.07)
+    "ark 404 ModelNotOpen": FirstError(
+        "Ark", "doubao-pro-32k-functioncall-241028", 404,
+        {"error": {"code": "ModelNotOpen",
+                   "message": "Your account %!s(int64=2106993666) has not activated the model "
+                   "doubao-pro-32k-functioncall-241028. Please activate the model service in the "
+                   "Ark Console.",
+                   "param": "", "type": "NotFound"}},
+        P, "HINT_MODEL", "has not activated the model doubao-pro-32k-functioncall-241028",
+    ),
+    # coze-dev/coze-studio#2195 (2025-09-17), 403: the inner object as Coze printed it, inside
+    # the {"error": …} envelope Ark uses on /chat/completions
+    "ark 403 AccountOverdueError": FirstError(
+        "Ark", "doubao-seed-1-6-251015", 403,
+        {"error": {"code": "AccountOverdueError",
+                   "message": "The request failed because your account has an overdue balance. "
+                   "Request id: 02175807918128087536ccb70d6c1a12319f6b583ee3463218d67",
+                   "param": "", "type": "Forbidden",
+                   "request_id": "20250917031941000049CCD20589BB8F4A"}},
+        P, "HINT_BALANCE", "your account has an overdue balance",
+    ),
+    # ---- MiniMax ----
+    # BigPizzaV3/CodexPlusPlus#267 (2026-05-23), 400, the OpenAI-style shape
+    "minimax 400 2013 invalid params": FirstError(
+        "MiniMax", "MiniMax-M2.7", 400,
+        {"error": {"message": "invalid params, chat content has invalid message role: system "
+                   "(2013)",
+                   "type": "bad_request_error", "param": "", "code": None}},
+        P, "HINT_WORDS", "invalid params, chat content has invalid message role: system (2013)",
+    ),
+    # ---- New API / One API gateways ----
+    # songquanpeng/one-api#2308 (2025-08-22), 503; New API used the same wording until
+    # QuantumNous/new-api#982 (2025-04-18)
+    "one api 503 无可用渠道": FirstError(
+        "One API", "gpt-5", 503,
+        {"error": {"message": "当前分组 default 下对于模型 gpt-5 无可用渠道 (request id: "
+                   "2025082215093026624875464905761)",
+                   "type": "one_api_error"}},
+        P, "HINT_MODEL", "当前分组 default 下对于模型 gpt-5 无可用渠道",
+    ),
+    # err.dmxapi.cn/detail.php?id=782 (request id dates it 2025-11-17), 503, current New API
+    "new api 503 无可用渠道 model_not_found": FirstError(
+        "New API", "gemini-pro-latest", 503,
+        {"error": {"code": "model_not_found",
+                   "message": "分组 auto 下模型 gemini-pro-latest 无可用渠道(distributor) (request "
+                   "id: 20251117105203368238215gAPAlfjZ)",
+                   "type": "new_api_error"}},
+        P, "HINT_MODEL", "分组 auto 下模型 gemini-pro-latest 无可用渠道",
+    ),
+    # Calcium-Ion/new-api-horizon#32 (2025-06-11), 401; Python repr there
+    "new api 401 无效的令牌": FirstError(
+        "New API", "gpt-4o-mini", 401,
+        {"error": {"message": "无效的令牌 (request id: 20250611163933932579227VkHShZ5f) (request "
+                   "id: 20250611163933810609678lbL3jZ5H)",
+                   "type": "new_api_error", "param": "", "code": None}},
+        P, "HINT_KEY", "无效的令牌",
+    ),
+    # words from one-api middleware/auth.go (snapshot 8df4a267, 2025-02-21), 403 and the model
+    # as in the log of songquanpeng/one-api#1553 (2024-06-22); the request id is made up
+    "one api 403 该令牌无权使用模型": FirstError(
+        "One API", "qwen2", 403,
+        {"error": {"message": "该令牌无权使用模型：qwen2 (request id: "
+                   "2024062212000000000000000000001)",
+                   "type": "one_api_error"}},
+        P, "HINT_MODEL", "该令牌无权使用模型：qwen2",
+    ),
+    # words from new-api distributor.token_model_forbidden (i18n, stored commit 002f9122), 403
+    # as reported in CherryHQ/cherry-studio#8100 (2025-07-12); envelope from middleware/utils.go
+    # (code ""), request id made up
+    "new api 403 该令牌无权访问模型": FirstError(
+        "New API", "gpt-5", 403,
+        {"error": {"message": "该令牌无权访问模型 gpt-5 (request id: "
+                   "20250712120000000000000AbCdEfGh)",
+                   "type": "new_api_error", "code": ""}},
+        P, "HINT_MODEL", "该令牌无权访问模型 gpt-5",
+    ),
+    # QuantumNous/new-api#6929 (2026-08-19) "HTTP 403; cause: 用户额度不足, 剩余额度: ＄-0.000002
+    # (request id: …)"; body put together from that message and new-api's types.OpenAIError
+    "new api 403 用户额度不足": FirstError(
+        "New API", "gpt-5", 403,
+        {"error": {"message": "用户额度不足, 剩余额度: ＄-0.000002 (request id: "
+                   "202608190933135792535838268d9d6rhgZmzsh)",
+                   "type": "new_api_error", "param": "", "code": "insufficient_user_quota"}},
+        P, "HINT_BALANCE", "用户额度不足, 剩余额度",
+    ),
+    # words from one-api model/token.go (snapshot 8df4a267, 2025-02-21): 401 at auth time;
+    # envelope from middleware/utils.go, request id made up
+    "one api 401 该令牌额度已用尽": FirstError(
+        "One API", "gpt-4o-mini", 401,
+        {"error": {"message": "该令牌额度已用尽 (request id: 2025022112000000000000000000001)",
+                   "type": "one_api_error"}},
+        P, "HINT_BALANCE", "该令牌额度已用尽",
+    ),
+    # ---- OpenCode Go ----
+    # decolua/9router#1617 (2026-06-02), 401; same words anomalyco/opencode#29568 (2026-05-27).
+    # The key is fine: the model is not served on /chat/completions
+    "opencode go 401 ModelError, wrong route": FirstError(
+        "OpenCode Go", "qwen3.7-max", 401,
+        {"type": "error",
+         "error": {"type": "ModelError",
+                   "message": "Model qwen3.7-max is not supported for format oa-compat"}},
+        P, "HINT_MODEL", "Model qwen3.7-max is not supported for format oa-compat",
+    ),
+    # from source, no public thread: routes/zen/util/handler.ts (stored commit 0098e632) and
+    # i18n en.ts (stored commit 0e296b83), 401
+    "opencode go 401 AuthError": FirstError(
+        "OpenCode Go", "glm-5.1", 401,
+        {"type": "error", "error": {"type": "AuthError", "message": "Invalid API key."}},
+        P, "HINT_KEY", "Invalid API key.",
+    ),
+    # ---- OpenAI, xAI ----
+    # home-assistant/core#120072 (2024-06-21), 403; raw JSON continuedev/continue#11449
+    # (2026-03-15)
+    "openai 403 unsupported_country_region_territory": FirstError(
+        "OpenAI", "gpt-4o-mini", 403,
+        {"error": {"code": "unsupported_country_region_territory",
+                   "message": "Country, region, or territory not supported", "param": None,
+                   "type": "request_forbidden"}},
+        P, "HINT_REGION", "Country, region, or territory not supported",
+    ),
+    # i-am-bee/beeai-framework#447 (2025-03-06), 400; Python repr there, URL-encoded as sent
+    "xai 400 Incorrect%20API%20key": FirstError(
+        "xAI", "grok-4", 400,
+        {"code": "Client specified an invalid argument",
+         "error": "Incorrect%20API%20key%20provided:%20ba***na.%20You%20can%20obtain%20an%20API"
+         "%20key%20from%20https://console.x.ai."},
+        P, "HINT_KEY", "Incorrect%20API%20key%20provided",
+    ),
+}  # fmt: skip
+
+
+def retried(status):
+    """The SDK (max_retries=1) sends 429 and 5xx once more."""
+    return status == 429 or status >= 500
+
+
+def as_reply(case):
+    if case.text:
+        return Reply(status=case.status, body=case.body.encode(), content_type="text/plain")
+    return Reply(status=case.status, json=case.body)
+
+
+@pytest.mark.parametrize("case", FIRST_ERRORS.values(), ids=FIRST_ERRORS.keys())
+def test_a_first_error_quotes_the_provider_and_gives_the_hint_its_words_call_for(
+    run, provider, case
+):
+    attempts = 2 if retried(case.status) else 1
+    provider.script(*[as_reply(case)] * attempts)
+    result = run(model=case.model)
+    assert result.code == 3, result.everything
+    lines = result.err.splitlines()
+    assert len(lines) == 2, result.err
+    first, second = lines
+    assert first.startswith(f"[{case.link}] step 1: HTTP {case.status}："), first
+    assert first.endswith(f"；端点 {provider.base_url}，模型 {case.model}"), first
+    assert case.said in first, first
+    assert second.startswith("最后一个成功事件："), second
+    assert second.endswith("建议：" + getattr(lesson, case.hint)), (case.hint, second)
+    assert result.out == ""
+    assert "Traceback" not in result.everything and KEY not in result.everything
+    assert len(provider.requests) == attempts
+
+
+def test_the_table_covers_every_hint_a_provider_error_can_get():
+    """A hint no case reaches is a hint nothing checks; HINT_NO_TOOLS: test_online.py."""
+    named = {case.hint for case in FIRST_ERRORS.values()} | {"HINT_NO_TOOLS"}
+    rows = {
+        name
+        for name, value in vars(lesson).items()
+        if name.startswith("HINT_")
+        for _, _, hint in lesson.KNOWN_WORDS
+        if hint == value
+    }
+    assert rows | {"HINT_WORDS", "HINT_KEY", "HINT_BALANCE", "HINT_RATE"} <= named
+
+
+def test_a_404_without_known_words_gets_the_model_and_path_hint(run, provider):
+    # an HTML 404, as a wrong path gives (tests/provider_server.py NOT_FOUND_HTML)
+    provider.script(Reply(status=404, body=b"<html><title>404 Not Found</title></html>"))
+    result = run()
+    assert result.code == 3, result.everything
+    first, second = result.err.splitlines()
+    assert first.startswith("[Provider] step 1: HTTP 404：404 Not Found"), first
+    assert second.endswith("建议：" + lesson.STATUS_HINTS[404])
+
+
+# Issue 20: no "/v1 rule" where the provider's path is different (智谱 /api/paas/v4, 方舟 /api/v3)
+README = Path(lesson.__file__).resolve().with_name("README.md")
+
+
+def test_no_hint_about_the_base_url_path_is_false_for_a_provider_in_the_readme():
+    urls = re.findall(r'OPENAI_BASE_URL="([^"]+)"', README.read_text(encoding="utf-8"))
+    paths = [urlsplit(url).path.rstrip("/") for url in [lesson.DEFAULT_BASE_URL, *urls]]
+    assert len(paths) >= 5 and any(not path.endswith("/v1") for path in paths)  # Gemini's
+    hints = {name: value for name, value in vars(lesson).items() if name.startswith("HINT_")}
+    hints.update({f"STATUS_HINTS[{status}]": h for status, h in lesson.STATUS_HINTS.items()})
+    about_paths = {name: hint for name, hint in hints.items() if "/v1" in hint or "路径" in hint}
+    assert "STATUS_HINTS[404]" in about_paths
+    for name, hint in about_paths.items():
+        assert "要以 /v1 结尾" not in hint and "必须" not in hint, (name, hint)
+    if any("多以 /v1 结尾" in hint for hint in about_paths.values()):  # "mostly" must be true
+        assert 2 * sum(path.endswith("/v1") for path in paths) > len(paths), paths
+    assert "/api/paas/v4" in lesson.STATUS_HINTS[404]
+    assert "/api/v3" in lesson.STATUS_HINTS[404]
+
+
+# ========================= 2. Tool-call shapes that differ from OpenAI =========================
+
+
+def article_lines(call_id, answer=ANSWER):
+    return [
+        "step 1: finish_reason=tool_calls",
+        f"step 1: multiply call_id={call_id} result={RESULT}",
+        "step 2: finish_reason=stop",
+        f"Agent> {answer}",
+    ]
+
+
+def assert_turn_ran(result, call_id, answer=ANSWER, secrets=()):
+    """Exit 0, the article's lines (then the history with --show-messages), nothing private."""
+    assert (result.code, result.err) == (0, ""), result.everything
+    assert result.out.splitlines()[:4] == article_lines(call_id, answer)
+    for secret in secrets:
+        assert secret not in result.everything, secret
+    assert KEY not in result.everything
+
+
+def echoed(provider):
+    """The assistant message as the second request carried it back."""
+    assert len(provider.requests) == 2
+    return provider.requests[1].body["messages"][1]
+
+
+def tool_result_of(provider):
+    return provider.requests[1].body["messages"][2]
+
+
+def assistant_calls(body):
+    """(index, message) of every assistant message with tool calls in a request body."""
+    return [
+        (n, m)
+        for n, m in enumerate(body["messages"])
+        if m["role"] == "assistant" and m.get("tool_calls")
+    ]
+
+
+SHOW = pytest.mark.parametrize("options", [(), ("--show-messages",)], ids=["plain", "show"])
+
+
+# --- Kimi K2 thinking: functions.<name>:<n> ids, content "", reasoning_content must come back ---
+# Shape: platform.kimi.com tool-call guide (content ""); ids openclaw/openclaw#70030 (2026-04-22),
+# MoonshotAI/kimi-code#2503 (2026-08-01). Refusal: VicBilibily/GCMP#162 (2026-05-08) words, in
+# the documented {"error": {"type", "message"}} envelope (platform.kimi.com/docs/api/errors)
+
+KIMI_ID = "functions.multiply:0"
+KIMI_REASONING = "用户想知道 248 乘以 15，我应该调用 multiply 工具。"
+KIMI_CALL = tool_call(KIMI_ID, "multiply", ARGS)
+
+
+def kimi_turn():
+    body = completion(
+        content="",
+        tool_calls=[KIMI_CALL],
+        finish_reason="tool_calls",
+        reasoning_content=KIMI_REASONING,
+    )
+    body["model"] = "kimi-k2-thinking"
+    return body
+
+
+def kimi_checks(body):
+    for n, message in assistant_calls(body):
+        if message.get("reasoning_content") != KIMI_REASONING:
+            words = (
+                "thinking is enabled but reasoning_content is missing in assistant tool call "
+                f"message at index {n}"
+            )
+            return Reply(400, json={"error": {"type": "invalid_request_error", "message": words}})
+    return None
+
+
+@SHOW
+def test_kimi_k2_thinking_gets_its_reasoning_content_back(run, provider, options):
+    final = completion(content=ANSWER, reasoning_content="工具返回了 3720，直接作答。")
+    provider.script(kimi_turn(), refuse_unless(kimi_checks, final))
+    result = run(*options, model="kimi-k2-thinking")
+    assert_turn_ran(result, KIMI_ID, secrets=[KIMI_REASONING, "直接作答"])
+    assert echoed(provider) == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [KIMI_CALL],
+        "reasoning_content": KIMI_REASONING,
+    }
+    assert tool_result_of(provider) == {"role": "tool", "tool_call_id": KIMI_ID, "content": RESULT}
+
+
+# --- DeepSeek thinking mode (deepseek-v4-flash): reasoning_content must come back after a call ---
+# Rule: api-docs.deepseek.com/guides/thinking_mode (undated). Refusal: liyupi/yu-ai-code-mother#5
+# (2025-12-29), index as in our history. Id: the call_00_ form in deepseek-ai/DeepSeek-V3#1588
+# (2026-08-17; seen on /responses, no /chat/completions id was found)
+
+DEEPSEEK_ID = "call_00_ET_SpXxxavgyEWZu15ec5Tb1552"
+DEEPSEEK_REASONING = "需要计算 248 × 15，先调用 multiply。"
+DEEPSEEK_CALL = tool_call(DEEPSEEK_ID, "multiply", ARGS, index=0)
+
+
+def deepseek_checks(body):
+    for n, message in assistant_calls(body):
+        if "reasoning_content" not in message:
+            words = (
+                f"Missing `reasoning_content` field in the assistant message at message index {n}."
+                " For more information, please refer to "
+                "https://api-docs.deepseek.com/guides/thinking_mode#tool-calls"
+            )
+            error = {
+                "message": words,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_request_error",
+            }
+            return Reply(400, json={"error": error})
+    return None
+
+
+@SHOW
+def test_deepseek_thinking_mode_gets_its_reasoning_content_back(run, provider, options):
+    first = completion(
+        content="",
+        tool_calls=[DEEPSEEK_CALL],
+        finish_reason="tool_calls",
+        reasoning_content=DEEPSEEK_REASONING,
+    )
+    final = completion(content=ANSWER, reasoning_content="结果是 3720。")
+    provider.script(first, refuse_unless(deepseek_checks, final))
+    result = run(*options, model="deepseek-v4-flash")
+    assert_turn_ran(result, DEEPSEEK_ID, secrets=[DEEPSEEK_REASONING, "结果是 3720"])
+    call = {k: v for k, v in DEEPSEEK_CALL.items() if k != "index"}
+    assert echoed(provider) == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [call],
+        "reasoning_content": DEEPSEEK_REASONING,
+    }
+
+
+# --- MiniMax M2: <think>…</think> in content beside the call goes back unchanged ---------------
+# Rule: platform.minimaxi.com/docs/api-reference/text-openai-api (undated): append the whole
+# message, think block intact. Id: MiniMax-AI/MiniMax-M2#76 (2026-02-11), whose 2013 refusal (a
+# tool result whose call MiniMax does not know) this fake gives when the call is missing. A
+# changed think block MiniMax accepts but answers worse (model card): this fake refuses it.
+
+MINIMAX_ID = "call_function_g094w5htkglv_1"
+MINIMAX_THINK = "<think>\n用户要算 248 乘以 15，调用 multiply。\n</think>\n\n"
+MINIMAX_CALL = tool_call(MINIMAX_ID, "multiply", ARGS)
+
+
+def minimax_error(words):
+    error = {"message": f"invalid params, {words} (2013)", "type": "bad_request_error"}
+    return Reply(400, json={"error": {**error, "param": "", "code": None}})
+
+
+def minimax_checks(body):
+    calls = assistant_calls(body)
+    known = [call["id"] for _, message in calls for call in message["tool_calls"]]
+    for message in body["messages"]:
+        if message["role"] == "tool" and message["tool_call_id"] not in known:
+            return minimax_error(f"tool result's tool id({message['tool_call_id']}) not found")
+    if any(message["content"] != MINIMAX_THINK for _, message in calls):
+        return minimax_error("test fake: the think block did not come back unchanged")
+    return None
+
+
+@SHOW
+def test_minimax_m2_gets_its_think_block_back_and_the_answer_is_printed_without_it(
+    run, provider, options
+):
+    first = completion(content=MINIMAX_THINK, tool_calls=[MINIMAX_CALL], finish_reason="tool_calls")
+    final = completion(content="<think>\n工具返回 3720，可以作答。\n</think>\n\n" + ANSWER)
+    provider.script(first, refuse_unless(minimax_checks, final))
+    result = run(*options, model="MiniMax-M2")
+    assert_turn_ran(result, MINIMAX_ID, secrets=["调用 multiply", "可以作答", "<think>\n"])
+    assert echoed(provider) == {
+        "role": "assistant",
+        "content": MINIMAX_THINK,
+        "tool_calls": [MINIMAX_CALL],
+    }
+
+
+# --- 阿里云百炼 qwen-flash: "index" on each call, system_fingerprint null; index stays here -----
+# The shape as seen in public logs of qwen-flash (2025-11; no citable page documents the id
+# form), tool and arguments swapped for multiply. DashScope's answer to an echoed "index" is not
+# documented, so the fake refuses any call key beyond id/type/function (as Groq does).
+
+QWEN_ID = "call_7babcd9e20224af09f5d03"
+QWEN_CALL = tool_call(QWEN_ID, "multiply", ARGS)
+
+
+def qwen_flash(message, finish_reason):
+    return {
+        "choices": [
+            {"message": message, "finish_reason": finish_reason, "index": 0, "logprobs": None}
+        ],
+        "object": "chat.completion",
+        "usage": {
+            "prompt_tokens": 261,
+            "completion_tokens": 28,
+            "total_tokens": 289,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        },
+        "created": 1762774890,
+        "system_fingerprint": None,
+        "model": "qwen-flash",
+        "id": "chatcmpl-490dead5-c3a2-4e04-b180-763f1336c1f9",
+    }
+
+
+QWEN_TURN = qwen_flash(
+    {
+        "content": "",
+        "role": "assistant",
+        "tool_calls": [
+            {
+                "function": {"arguments": ARGS, "name": "multiply"},
+                "id": QWEN_ID,
+                "index": 0,
+                "type": "function",
+            }
+        ],
+    },
+    "tool_calls",
+)
+
+
+def only_standard_call_keys(body):
+    for _, message in assistant_calls(body):
+        for call in message["tool_calls"]:
+            if set(call) != {"id", "type", "function"}:
+                words = f"test fake: tool call keys {sorted(call)}"
+                return Reply(
+                    400, json={"error": {"message": words, "type": "invalid_request_error"}}
+                )
+    return None
+
+
+@SHOW
+def test_qwen_flash_call_goes_back_without_its_index(run, provider, options):
+    final = qwen_flash({"content": ANSWER, "role": "assistant"}, "stop")
+    provider.script(QWEN_TURN, refuse_unless(only_standard_call_keys, final))
+    result = run(*options, model="qwen-flash")
+    assert_turn_ran(result, QWEN_ID)
+    assert echoed(provider) == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [QWEN_CALL],
+    }
+
+
+# --- 智谱 GLM: content null beside calls; "sensitive" and "network_error" end a turn ------------
+# docs.bigmodel.cn/api-reference (undated): content null when the model calls a function;
+# finish_reason sensitive (safety review) and network_error (inference error). reasoning_content
+# comes back on GLM-4.5+; the id format is not documented.
+
+GLM_ID = "call_glm_20260101_1"
+GLM_REASONING = "需要调用乘法工具计算 248 乘以 15。"
+GLM_CALL = tool_call(GLM_ID, "multiply", ARGS)
+GLM_TURN = completion(
+    content=None,
+    tool_calls=[GLM_CALL],
+    finish_reason="tool_calls",
+    reasoning_content=GLM_REASONING,
+)
+
+
+@SHOW
+def test_glm_content_null_beside_calls_goes_back_as_empty_text(run, provider, options):
+    provider.script(GLM_TURN, completion(content=ANSWER))
+    result = run(*options, model="glm-4.7-flash")
+    assert_turn_ran(result, GLM_ID, secrets=[GLM_REASONING])
+    assert echoed(provider) == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [GLM_CALL],
+        "reasoning_content": GLM_REASONING,
+    }
+
+
+@pytest.mark.parametrize("reason", ["sensitive", "network_error"])
+def test_glm_sensitive_or_network_error_stops_the_turn(run, provider, reason):
+    provider.script(GLM_TURN, completion(content="", finish_reason=reason))
+    result = run(model="glm-4.7-flash")
+    assert result.code == 1, result.everything
+    first, _ = result.err.splitlines()
+    assert first.startswith("[Provider] step 2: "), first
+    assert reason in first
+    assert result.out.splitlines() == [
+        *article_lines(GLM_ID)[:2],
+        f"step 2: finish_reason={reason}",
+    ]
+    assert "Agent>" not in result.out and GLM_REASONING not in result.everything
+
+
+# --- Mistral Magistral: content as a list of thinking and text chunks ---------------------------
+# infiniflow/ragflow#14805 (2026-05-12), spring-projects/spring-ai#5019 (2025-12-03). A list on a
+# tool-call turn is assumed (the sources show it on answers). Ids: 9 letters and digits, refusal
+# from nearai/ironclaw#1241 (2026-03-16); a changed list is refused by this fake.
+
+MISTRAL_ID = "D681PevKs"
+MISTRAL_THINKING = "Combined 248 × 15: call multiply first."
+MISTRAL_CALL = tool_call(MISTRAL_ID, "multiply", ARGS)
+MISTRAL_CONTENT = [{"type": "thinking", "thinking": [{"type": "text", "text": MISTRAL_THINKING}]}]
+MISTRAL_FINAL = completion(
+    content=[
+        {"type": "thinking", "thinking": [{"type": "text", "text": "The tool said 3720."}]},
+        {"type": "text", "text": "3720"},
+    ]
+)
+
+
+def mistral_checks(body):
+    for _, message in assistant_calls(body):
+        for call in message["tool_calls"]:
+            if not re.fullmatch(r"[a-zA-Z0-9]{9}", call["id"]):
+                words = (
+                    f"Tool call id was {call['id']} but must be a-z, A-Z, 0-9, with a length of 9."
+                )
+                error = {"object": "error", "message": words, "type": "invalid_function_call"}
+                return Reply(400, json={**error, "param": None, "code": "3280"})
+        if message["content"] != MISTRAL_CONTENT:
+            return Reply(400, json={"object": "error", "message": "test fake: content changed"})
+    return None
+
+
+@SHOW
+def test_magistral_answer_in_chunks_prints_only_the_text(run, provider, options):
+    provider.script(MISTRAL_FINAL)
+    result = run(*options, model="magistral-medium-2509")
+    assert (result.code, result.err) == (0, ""), result.everything
+    assert result.out.splitlines()[:2] == ["step 1: finish_reason=stop", "Agent> 3720"]
+    assert "The tool said" not in result.everything
+
+
+@SHOW
+def test_magistral_chunk_list_beside_a_call_goes_back_unchanged(run, provider, options):
+    first = completion(
+        content=MISTRAL_CONTENT, tool_calls=[MISTRAL_CALL], finish_reason="tool_calls"
+    )
+    provider.script(first, refuse_unless(mistral_checks, MISTRAL_FINAL))
+    result = run(*options, model="magistral-medium-2509")
+    assert_turn_ran(result, MISTRAL_ID, "3720", secrets=[MISTRAL_THINKING, "The tool said"])
+    assert echoed(provider) == {
+        "role": "assistant",
+        "content": MISTRAL_CONTENT,
+        "tool_calls": [MISTRAL_CALL],
+    }
+
+
+# --- The fakes refuse what they stand for, so the tests above cannot pass by accident ----------
+
+
+def assistant(content="", calls=(KIMI_CALL,), **extra):
+    return {"role": "assistant", "content": content, "tool_calls": list(calls), **extra}
+
+
+FAKES = {
+    "kimi: reasoning missing": (kimi_checks, assistant(), "reasoning_content is missing"),
+    "kimi: reasoning changed": (
+        kimi_checks, assistant(reasoning_content=KIMI_REASONING + "…"), "at index 1",
+    ),
+    "kimi: as it came": (kimi_checks, assistant(reasoning_content=KIMI_REASONING), None),
+    "deepseek: reasoning missing": (
+        deepseek_checks, assistant(calls=[DEEPSEEK_CALL]), "Missing `reasoning_content` field",
+    ),
+    "deepseek: as it came": (
+        deepseek_checks, assistant(calls=[DEEPSEEK_CALL], reasoning_content="r"), None,
+    ),
+    "minimax: think block dropped": (
+        minimax_checks, assistant("", [MINIMAX_CALL]), "think block did not come back",
+    ),
+    "minimax: call dropped": (
+        minimax_checks, {"role": "assistant", "content": MINIMAX_THINK},
+        f"tool result's tool id({MINIMAX_ID}) not found",
+    ),
+    "minimax: as it came": (minimax_checks, assistant(MINIMAX_THINK, [MINIMAX_CALL]), None),
+    "qwen: index echoed": (
+        only_standard_call_keys, assistant(calls=[{**QWEN_CALL, "index": 0}]), "'index'",
+    ),
+    "mistral: id not 9 characters": (
+        mistral_checks, assistant(MISTRAL_CONTENT, [KIMI_CALL]), "must be a-z, A-Z, 0-9",
+    ),
+    "mistral: content flattened": (
+        mistral_checks, assistant("", [MISTRAL_CALL]), "content changed",
+    ),
+    "mistral: as it came": (mistral_checks, assistant(MISTRAL_CONTENT, [MISTRAL_CALL]), None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("check", "message", "refused"), FAKES.values(), ids=FAKES.keys())
+def test_the_fake_providers_refuse_what_they_stand_for(provider, check, message, refused):
+    calls = message.get("tool_calls") or [MINIMAX_CALL]
+    tools = [{"role": "tool", "tool_call_id": call["id"], "content": RESULT} for call in calls]
+    messages = [{"role": "user", "content": lesson.DEFAULT_QUESTION}, message, *tools]
+    provider.script(refuse_unless(check, completion(content=ANSWER)))
+    with openai.OpenAI(api_key=KEY, base_url=provider.base_url, max_retries=0) as client:
+        try:
+            response = client.chat.completions.create(model="m", messages=messages, timeout=5)
+        except openai.BadRequestError as error:
+            assert refused is not None, error.body
+            assert refused in json.dumps(error.body, ensure_ascii=False)
+        else:
+            assert refused is None, "the fake accepted what it stands for refusing"
+            assert response.choices[0].message.content == ANSWER
