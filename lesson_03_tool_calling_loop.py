@@ -13,6 +13,7 @@ user -> assistant(tool_calls) -> tool(tool_call_id, result) -> assistant(final)
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -40,7 +41,7 @@ DEFAULT_QUESTION = "帮我算一下 248 乘以 15"
 
 
 # ---- §2 不要让模型控制 eval() ----
-# 模型写出的字符串受用户输入和它读到的内容摆布。eval() 执行的是任意 Python 代码：一句
+# 模型写出的字符串受用户输入和它读到的内容摆布。eval() 会把字符串当成 Python 代码运行：一句
 # __import__("os").system(...) 就能读文件、导入模块、启动进程。所以工具只收两个整数这样的数据，
 # 要做的运算由 Python 写死；模型把这样一句代码当参数送来，它也只是一个字符串（--demo 场景 2）。
 MAX_ABS_VALUE = 1_000_000
@@ -124,18 +125,18 @@ def execute_tool(tool_call: object) -> str:
 
 
 # ---- §4 有限步 Agent Loop ----
-# MAX_STEPS 限的是发给模型的请求次数（不是消息条数），保证花费和时间有个尽头；
+# MAX_STEPS 限的是每轮 Turn 发给模型的请求次数（不是消息条数），保证花费和时间有个尽头；
 # 至于模型为什么停不下来（反复调用、工具总报错、提示里没写何时收手），它不管，要另外查。
 # 第 MAX_STEPS 次请求若仍要调用工具：工具照常执行、结果写进本地历史，但不会再有请求把它带给模型。
 MAX_STEPS = 8
 MAX_TOOL_CALLS = 32  # 失常的响应不该触发无界的工作；真实 Provider 的并行调用远少于此
-# 调用链上的四环（§6 用它们排查）；Tool 这一环的错误不停 Loop，见 execute_tool
+# 停下时报告点名的四环。§6 的调用链还有 Router 与 Tool：它们的错误不停 Loop，交回模型
 HARNESS, SDK_NETWORK, PROVIDER, MODEL = "Harness", "SDK/网络", "Provider", "Model"
 
 
 class AgentStop(Exception):
-    """让 Loop 停下的唯一异常：协议状态不可信（缺 id、调用被截断、字段矛盾）时谁也不能替 Provider
-    猜。参数填错只是数据，交回模型。带着失败的一环（link）、原因和建议；其余由 Trail 补上。"""
+    """Loop 停下的唯一方式：请求失败、配置有错、到了上限，或协议状态不可信（缺 id、调用被截断）。
+    参数填错是数据，交回模型。带着失败的一环、原因和建议；步数与最后的成功事件由 Trail 补上。"""
 
     def __init__(self, link: str, reason: str, hint: str, exit_code: int = EXIT_STOPPED):
         super().__init__(reason)
@@ -159,15 +160,15 @@ class Trail:
 # finish_reason 说的是 Provider 为什么停止生成。一个 Tool Call 只有在生成自然结束时才可信：
 # tool_calls（停下来等工具结果），或 stop（OpenAI 在 tool_choice 指定函数时就这样回，Gemini、
 # SGLang 也常见）。被截断或过滤的生成（length、content_filter，以及任何未知的值）里，arguments
-# 可能只写了一半：一个都不执行，也不当成 Final。与课文片段的不同只在 stop：课文要求调用必须配
-# tool_calls；这里让 stop 照常执行，因为它同样是自然结束，每个调用照样要过 id 和 Router 的检查。
+# 可能只写了一半：一个都不执行，也不当成 Final。finish_reason 的规则与课文片段只差在 stop：课文要求
+# 调用配 tool_calls；这里 stop 也照常执行，因为它同样是自然结束，调用照样要过 id 和 Router 的检查。
 HINT_ENDPOINT = "这个端点的响应与 OpenAI 协议不一致，Harness 不会替它猜；换模型或端点再试"
 HINT_LENGTH = (
     "输出上限或上下文窗口：调大 max_tokens（llama-server 的 -n/--n-predict，Ollama 的 "
     "num_predict），或换上下文更大的模型、缩短问题"
 )
 HINT_POLICY = "换一种问法，或查看 Provider 的内容策略"
-FINISH_REASONS = {  # 不自然的结束 -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
+FINISH_REASONS = {  # Loop 不接受的结束 -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
     "length": (MODEL, "输出达到 Token 上限被截断", HINT_LENGTH),
     "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_POLICY),
     "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
@@ -225,7 +226,7 @@ def assistant_message_from_api(message: object) -> dict:
 
 
 def without_reasoning(text: str) -> str:
-    """去掉开头的推理块 <think>…</think>（可以连着几块；模板把 <think> 写进了提示时只剩 …</think>）
+    """去掉开头的推理块 <think>…</think>（可以连着几块；模板把 <think> 写进提示时只剩 …</think>）。
     推理不是回答：原样留在历史里，但不打印。推理没写完（只有 <think>）就整段都是推理。"""
     rest = text.lstrip()
     while True:
@@ -252,7 +253,8 @@ def final_answer(message: object) -> str:
 
 
 def run_agent(client: object, model: str, user_text: str, messages: list | None = None) -> str:
-    """最多发 MAX_STEPS 次模型请求，返回最终回答；传入 messages 可在外面看到历史。"""
+    """最多发 MAX_STEPS 次模型请求，返回最终回答；传入 messages 可在外面看到历史。
+    与课文片段不同，响应要通过全部检查才写进历史（课文先写）：被拒收的响应不会混进会话。"""
     messages = [] if messages is None else messages
     messages.append({"role": "user", "content": user_text})
     with Trail() as trail:
@@ -267,28 +269,29 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
             message = choice.message
             print(f"step {step}: finish_reason={shown_value(choice.finish_reason)}")
             reply = assistant_message_from_api(message)
-            if not message.tool_calls:
-                if choice.finish_reason != "stop":  # length、content_filter 都不是 Final
-                    raise unnatural_end(choice.finish_reason, with_tool_calls=False)
-                answer = final_answer(message)
+            if message.tool_calls:
+                if choice.finish_reason not in ("tool_calls", "stop"):
+                    raise unnatural_end(choice.finish_reason, with_tool_calls=True)
+                ids = [getattr(call, "id", None) for call in message.tool_calls]
+                if not all(ids) or len(set(ids)) < len(ids):  # 缺 id 或重复，结果就无法配对
+                    raise AgentStop(PROVIDER, "Tool Call 缺少 id 或 id 重复", HINT_ENDPOINT)
+                if len(ids) > MAX_TOOL_CALLS:
+                    raise AgentStop(HARNESS, f"一次要执行 {len(ids)} 个调用", HINT_TOO_MANY)
+                messages.append(reply)  # 先存 assistant：每条 Tool Result 都要回答历史里已有的调用
+                trail.pending = None  # 已写进历史：之后再失败，报告里就没有“被拒收的响应”
+                for call in message.tool_calls:
+                    result = execute_tool(call)
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+                    name = clip(call.function.name, 60)
+                    shown_id = clip(call.id, 80)
+                    print(f"step {step}: {name} call_id={shown_id} result={result}")
+                    trail.last_ok = f"step {step}: {shown_id} 的 Tool Result 已写入历史"
+                continue
+            if choice.finish_reason == "stop":
+                answer = final_answer(message)  # stop 也可能不是回答：拒答、空回答、写成文字的调用
                 messages.append(reply)
                 return answer
-            if choice.finish_reason not in ("tool_calls", "stop"):
-                raise unnatural_end(choice.finish_reason, with_tool_calls=True)
-            ids = [getattr(call, "id", None) for call in message.tool_calls]
-            if not all(ids) or len(set(ids)) < len(ids):  # 缺 id 或重复，结果就无法配对
-                raise AgentStop(PROVIDER, "Tool Call 缺少 id 或 id 重复", HINT_ENDPOINT)
-            if len(ids) > MAX_TOOL_CALLS:
-                raise AgentStop(HARNESS, f"一次要执行 {len(ids)} 个调用", HINT_TOO_MANY)
-            messages.append(reply)  # 先存 assistant：每条 Tool Result 都要回答历史里已有的调用
-            trail.pending = None
-            for call in message.tool_calls:
-                result = execute_tool(call)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-                name = clip(call.function.name, 60)
-                shown_id = clip(call.id, 80)
-                print(f"step {step}: {name} call_id={shown_id} result={result}")
-                trail.last_ok = f"step {step}: {shown_id} 的 Tool Result 已写入历史"
+            raise unnatural_end(choice.finish_reason, with_tool_calls=False)  # length 不是 Final
         raise AgentStop(HARNESS, f"超过最大步骤数：{MAX_STEPS}", HINT_MAX_STEPS)
 
 
@@ -300,15 +303,17 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
 
 # ---- §6 运行与自检 ----
 # --self-check 用假的响应只验证本地代码（Router、参数校验、id 配对、控制流），证明不了 key、端点、
-# 模型对不对。在线运行只读 OPENAI_API_KEY、OPENAI_MODEL 和第三方端点才要的 OPENAI_BASE_URL。出错时
-# 沿调用链 Harness → SDK/网络 → Provider → Model → Assistant(tool_calls) → Router → Tool 找最后
-# 一个成功事件（last_ok）和失败的一环（link）：第一次请求就被回“不支持 tools”，就不用去改工具。
+# 模型对不对。在线运行必须设 OPENAI_API_KEY 和 OPENAI_MODEL；接第三方端点或本机服务再设
+# OPENAI_BASE_URL（可选的变量见 README）。出错时沿调用链 Harness → SDK/网络 → Provider → Model →
+# Assistant(tool_calls) → Router → Tool 找最后一个成功事件（last_ok）和失败的一环（link）：第一次
+# 请求就收到“不支持 tools”，multiply 还没运行过，该查的是模型能力、模型名、接口路径和端点。
 
 
 # ---- §7 下一课从哪里接上 ----
 # messages 只活在进程内存里，进程一退出就没了（--demo 场景 4 用同一个列表接着问，一轮 Turn 变成
-# 8 条消息的会话）。要恢复这组消息和运行进度，先要 Session 或 Checkpoint；只有工具会发邮件、付款、
-# 写文件，且崩溃后无法确认是否执行过时，才进一步需要 Execution Ledger、幂等或人工核对。乘法不用。
+# 8 条消息的会话）。要恢复，先要 Session 或 Checkpoint：Session 存下这组消息，Checkpoint 记下运行
+# 到哪一步、从哪里接着跑。只有工具会发邮件、付款、写文件，且崩溃后无法确认是否执行过时，才进一步
+# 需要 Execution Ledger（记下有副作用的工具做过什么）、幂等或人工核对。乘法没有副作用，用不着。
 
 
 # ======================== 第二部分：自检与演示 ========================
@@ -352,14 +357,13 @@ class FakeClient:
 
 def run_fake(*responses: object) -> tuple:
     """用假客户端跑一次 Loop，返回 (回答或 AgentStop, 客户端, 历史, 打印的行)。"""
-    client, messages, saved, sys.stdout = FakeClient(*responses), [], sys.stdout, io.StringIO()
-    try:
-        outcome = run_agent(client, "fake-model", DEFAULT_QUESTION, messages)
-    except AgentStop as stop:
-        outcome = stop
-    finally:
-        printed, sys.stdout = sys.stdout.getvalue(), saved
-    return outcome, client, messages, printed.splitlines()
+    client, messages, printed = FakeClient(*responses), [], io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        try:
+            outcome = run_agent(client, "fake-model", DEFAULT_QUESTION, messages)
+        except AgentStop as stop:
+            outcome = stop
+    return outcome, client, messages, printed.getvalue().splitlines()
 
 
 ANSWER, RESULT_3720 = "248 乘以 15 等于 3720。", '{"status":"completed","result":3720}'
@@ -409,21 +413,18 @@ def check_happy_path() -> None:
 
 def check_pairing() -> None:
     two_calls = [fake_call("call_1"), fake_call("call_2", '{"a":6,"b":7}')]
-    _, client, _, _ = run_fake(
-        fake_response("tool_calls", tool_calls=two_calls), fake_response("stop", "好")
-    )
+    both = fake_response("tool_calls", tool_calls=two_calls)
+    _, client, _, _ = run_fake(both, fake_response("stop", "好"))
     results = client.requests[1]["messages"][2:]
     pairs = [(m["tool_call_id"], json.loads(m["content"])["result"]) for m in results]
     expect(pairs == [("call_1", 3720), ("call_2", 42)], f"结果应按 tool_call_id 配对：{pairs}")
 
 
-def check_finish_reasons() -> None:
+def check_stops() -> None:
     calls = [fake_call("call_1")]
     stop_with_calls = fake_response("stop", tool_calls=calls)
     outcome, client, _, lines = run_fake(stop_with_calls, fake_response("stop", ANSWER))
-    expect(
-        outcome == ANSWER and len(client.requests) == 2, f"Tool Call + stop 应照常执行：{outcome}"
-    )
+    expect(outcome == ANSWER and len(client.requests) == 2, f"Tool Call + stop 应执行：{outcome}")
     expect(lines[0] == "step 1: finish_reason=stop", f"步骤行应显示真实的 finish_reason：{lines}")
     cases = {
         "finish_reason=length": fake_response("length", content="248 乘以 15 等于"),
@@ -447,10 +448,8 @@ def check_finish_reasons() -> None:
 
 def check_max_steps() -> None:
     outcome, client, messages, _ = run_fake(*[fake_turn(f"call_{n}") for n in range(2 * MAX_STEPS)])
-    expect(
-        getattr(outcome, "reason", "") == f"超过最大步骤数：{MAX_STEPS}",
-        f"应停在步数上限：{outcome}",
-    )
+    stopped = getattr(outcome, "reason", "")
+    expect(stopped == f"超过最大步骤数：{MAX_STEPS}", f"应停在步数上限：{outcome}")
     expect(len(client.requests) == MAX_STEPS, f"应正好发出 {MAX_STEPS} 次请求")
     last = f"call_{MAX_STEPS - 1}"
     expect(messages[-1].get("tool_call_id") == last, "最后一次工具结果应写入本地历史")
@@ -473,18 +472,16 @@ def check_provider_fields() -> None:
     expect(echoed["content"] == "<think>先乘</think>", "content 应原样回传，think 块也不动")
     expect("reasoning" not in echoed, "其他私有字段不应回传")
     expect(outcome == ANSWER, f"打印的回答应去掉 think 块：{outcome!r}")
-    expect(not any("先" in line or "b3Bh" in line for line in lines), "推理不应打印")
+    private_words = ("先调用乘法工具", "先乘", "写出结果", "b3Bh")
+    expect(not any(word in line for word in private_words for line in lines), "推理不应打印")
 
 
 SELF_CHECKS = [
     ("multiply 拒绝 bool、字符串、小数、None 和超范围的值", check_multiply),
-    (
-        "Schema 只许整数 a、b；Router 把坏 JSON、多余或重复的键、代码、未知工具变成受控错误",
-        check_schema_and_router,
-    ),
+    ("Schema 只许整数 a、b；Router 把坏参数、代码、未知工具变成受控错误", check_schema_and_router),
     ("两次请求跑通，第二次请求带 call_1 与 3720", check_happy_path),
     ("并行的两个 Tool Call 按 tool_call_id 配对", check_pairing),
-    ("Tool Call + stop 照常执行；截断、过滤、缺 id、不是回答的回答：都停下", check_finish_reasons),
+    ("Tool Call + stop 照常执行；截断、过滤、缺 id、空回答、写成文字的调用：都停下", check_stops),
     ("MAX_STEPS 限制请求次数，最后的结果不发给模型", check_max_steps),
     ("Provider 要求带回的字段原样回传，推理不打印", check_provider_fields),
 ]
@@ -519,7 +516,9 @@ def demo() -> int:
         ("§7 在同一个 messages 上接着问：一轮 Turn 变成一段会话", both, [*article, *again]),
     ]
     for number, (title, questions, responses) in enumerate(scenes, start=1):
-        print(f"{'' if number == 1 else chr(10)}== 场景 {number}/{len(scenes)}：{title}")
+        if number > 1:
+            print()
+        print(f"== 场景 {number}/{len(scenes)}：{title}")
         client, messages = FakeClient(*responses), []
         for question in questions:
             try:
@@ -528,9 +527,10 @@ def demo() -> int:
                 report(stop, {}, file=sys.stdout)
         if number == 1:  # 课文的一轮：四条消息
             print(json.dumps(messages, ensure_ascii=False, indent=2))
-    for message in messages:  # 最后一个场景：同一个列表里的两轮，一条消息一行
-        print(json.dumps(message, ensure_ascii=False))
-    print(f"这 {len(messages)} 条消息只在内存里；下一课从这里接上：存成 Session 或 Checkpoint")
+        if number == len(scenes):  # 同一个列表里的两轮 Turn，一条消息一行
+            for message in messages:
+                print(json.dumps(message, ensure_ascii=False))
+            print(f"这 {len(messages)} 条消息只在内存里；下一课把它们存成 Session 或 Checkpoint")
     return EXIT_OK
 
 

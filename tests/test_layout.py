@@ -115,12 +115,12 @@ def test_run_agent_shows_the_articles_rules_in_the_articles_order():
         steps,
         request,
         first_choice,
-        final_needs_stop,
         calls_need_natural_end,
         unique_ids,
         assistant_kept,
         results,
         paired,
+        final_needs_stop,
     ]
     assert order == sorted(order), order
 

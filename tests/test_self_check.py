@@ -83,8 +83,8 @@ PLANTED_BUGS = {
         'if not {"a", "b"} <= set(arguments):',
     ),
     "length passed off as final": (
-        'if choice.finish_reason != "stop":',
-        'if choice.finish_reason not in ("stop", "length"):',
+        'if choice.finish_reason == "stop":',
+        'if choice.finish_reason in ("stop", "length"):',
     ),
     "tool calls run whatever the finish_reason": (
         'if choice.finish_reason not in ("tool_calls", "stop"):',
