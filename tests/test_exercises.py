@@ -53,8 +53,7 @@ def test_the_section_lists_at_least_six_edits_and_every_item_parses():
 
 def test_part_two_ends_by_pointing_at_the_section():
     part_two = SOURCE.split("# ======================== 第三部分", 1)[0].rstrip().splitlines()
-    assert "“动手改一改”" in part_two[-2] + part_two[-1]
-    assert part_two[-2].startswith("# ") and part_two[-1].startswith("# ")
+    assert part_two[-1].startswith("# 动手改一改：README") and "--self-check" in part_two[-1]
     assert "\n## 动手改一改\n" in README
 
 
