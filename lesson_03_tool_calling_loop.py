@@ -805,18 +805,6 @@ KNOWN_WORDS = [
     ("bind your", PROVIDER, HINT_WORDS),  # 魔搭的 401：先绑定阿里云账号，不是 key 错了
 ]
 
-
-def provider_stop(what: str, status: object, body: object, otherwise: str = "") -> AgentStop:
-    """what 已引用了原话。建议按原话里认得的字样给，认不出再看状态码，都没有就请人照原话办。"""
-    words = re.sub(r"%20|[\s_]+", " ", json.dumps(body, ensure_ascii=False, default=repr).lower())
-    known = [(link, hint) for pattern, link, hint in KNOWN_WORDS if re.search(pattern, words)]
-    link, hint = (known or [(PROVIDER, STATUS_HINTS.get(status, otherwise or HINT_WORDS))])[0]
-    return AgentStop(link, what, hint, EXIT_REQUEST_FAILED if status else EXIT_STOPPED)
-
-
-class WholeRequestTimeout(TimeoutError): ...  # 整次请求（含重试）超过了总期限
-
-
 HINT_LOCAL = "本地服务（Ollama、llama.cpp、vLLM）用 http://，不是 https://"
 HINT_DEADLINE = "慢或限流（SDK 可能在等 Retry-After）：稍后再试，或调大 OPENAI_TIMEOUT"
 HINT_CERTIFICATE = "设了 SSL_CERT_FILE、SSL_CERT_DIR 就检查它们；公司网络可能有中间人证书"
@@ -846,6 +834,14 @@ FAILURES = [  # 没有状态码的失败：异常链里某个异常的类名（�
 ]
 
 
+def provider_stop(what: str, status: object, body: object, otherwise: str = "") -> AgentStop:
+    """what 已引用了原话。建议按原话里认得的字样给，认不出再看状态码，都没有就请人照原话办。"""
+    words = re.sub(r"%20|[\s_]+", " ", json.dumps(body, ensure_ascii=False, default=repr).lower())
+    known = [(link, hint) for pattern, link, hint in KNOWN_WORDS if re.search(pattern, words)]
+    link, hint = (known or [(PROVIDER, STATUS_HINTS.get(status, otherwise or HINT_WORDS))])[0]
+    return AgentStop(link, what, hint, EXIT_REQUEST_FAILED if status else EXIT_STOPPED)
+
+
 def explain_request_failure(error: BaseException, proxy: tuple) -> AgentStop | None:
     """SDK 与线路能抛出的失败变成两行报告；认不出的不是外部世界的失败，返回 None：那是 bug。"""
     chain = [error]
@@ -868,6 +864,9 @@ def explain_request_failure(error: BaseException, proxy: tuple) -> AgentStop | N
     if status:
         return provider_stop(what, status, error.body)
     return AgentStop(link, what, hint, EXIT_REQUEST_FAILED)
+
+
+class WholeRequestTimeout(TimeoutError): ...  # 整次请求（含重试）超过了总期限
 
 
 class DeadlineClient:
