@@ -679,16 +679,16 @@ class SafeOutput:
 def check_response_shape(response: object) -> None:
     """没有可用的 choices[0]，或字段不能原样回传，就停在这里；HTTP 200 里的错误转述原话。"""
     choices = getattr(response, "choices", None)
-    if isinstance(choices, list) and choices and getattr(choices[0], "error", None):  # OpenRouter
-        said = choices[0].error
-        what = f"Provider 在 choices[0].error 里报错：{provider_text(said)}"
-        raise provider_stop(what, None, said)
     if not isinstance(choices, list) or not choices:  # HTTP 200，却是一张网页或一个错误
         said = plain(response)
         said = said[0] if isinstance(said, list) and said else said  # Gemini 的 [{"error": …}]
         said = said.get("error") if isinstance(said, dict) else said
         what = f"HTTP 200 里没有回复：{provider_text(said)}" if said else "响应里没有 choices"
         raise provider_stop(what, None, said, HINT_PAGE if isinstance(said, str) else "")
+    said = getattr(choices[0], "error", None)
+    if said:  # OpenRouter 把生成途中的错误放在这里
+        what = f"Provider 在 choices[0].error 里报错：{provider_text(said)}"
+        raise provider_stop(what, None, said)
     problem = field_problem(choices[0], getattr(choices[0], "message", None))
     if problem:
         raise AgentStop(PROVIDER, f"响应没法照 OpenAI 协议读：{problem}", HINT_ENDPOINT)
