@@ -853,14 +853,14 @@ def explain_request_failure(error: BaseException, proxy: tuple) -> AgentStop | N
     if status is None and row is None:
         return None
     if status:
-        what, link, hint = f"HTTP {status}：{provider_text(error.body or str(error))}", PROVIDER, ""
+        what = f"HTTP {status}：{provider_text(error.body or str(error))}"
         first_hop = status in (407, 502)  # 有代理时，407、502 是代理自己的错误页
     else:
         _, link, reason, hint, first_hop = row
         what = f"{reason}（{type(error).__name__}: {clip(str(error.__cause__ or error), 120)}）"
     if proxy and first_hop:
-        what, hint = f"请求没能经代理 {proxy[1]}（{proxy[0]}）送到端点：{what}", HINT_PROXY
-        return AgentStop(SDK_NETWORK, what, hint.format(name=proxy[0]), EXIT_REQUEST_FAILED)
+        what = f"请求没能经代理 {proxy[1]}（{proxy[0]}）送到端点：{what}"
+        return AgentStop(SDK_NETWORK, what, HINT_PROXY.format(name=proxy[0]), EXIT_REQUEST_FAILED)
     if status:
         return provider_stop(what, status, error.body)
     return AgentStop(link, what, hint, EXIT_REQUEST_FAILED)
