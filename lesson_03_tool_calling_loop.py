@@ -1190,10 +1190,8 @@ def report(stop: AgentStop, config: dict, file: object = None) -> None:
         default = "" if config["base_url_given"] else "（没设 OPENAI_BASE_URL 时的默认值）"
         endpoint = f"；端点 {config['base_url']}{default}，模型 {clip(config['model'], 80)}"
     last_ok = f"最后一个成功事件：{stop.last_ok}；" if stop.last_ok else ""
-    print(
-        f"[{stop.link}] {where}{stop.reason}{endpoint}\n{last_ok}建议：{stop.hint}",
-        file=file or sys.stderr,
-    )
+    text = f"[{stop.link}] {where}{stop.reason}{endpoint}\n{last_ok}建议：{stop.hint}"
+    print(text, file=file or sys.stderr)
 
 
 def main(argv: list, environ: dict) -> int:
@@ -1216,9 +1214,8 @@ def main(argv: list, environ: dict) -> int:
     except Exception:  # 不是外部世界的失败，是 Harness 自己（或改过的代码）的 bug：让它原样可见
         import traceback
 
-        print(
-            "[Harness] 程序自身出错了（不是 Provider 或网络的问题；改过代码就先查改动）：", file=err
-        )
+        what = "[Harness] 程序自身出错了（不是 Provider 或网络的问题；改过代码就先查改动）："
+        print(what, file=err)
         traceback.print_exc(file=err)
         code = EXIT_STOPPED
     finally:
