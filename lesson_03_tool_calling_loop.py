@@ -1069,11 +1069,9 @@ def imported_sdk() -> object:
 def make_client(config: dict) -> DeadlineClient:
     """创建 OpenAI SDK 客户端（只有这里导入 openai）。SDK 只拿到脚本决定好的东西：key、地址、组织与
     项目、期限，和一个只走选定代理的 HTTP 客户端（trust_env 关掉，它不再自己读代理变量）。"""
-    import importlib
-
     openai = imported_sdk()
     # SDK 用的 HTTP 库（openai 3.x 是 httpx2，更早的是 httpx）：代理的规则问它，不自己另写一套
-    http = importlib.import_module(openai.DefaultHttpxClient.__mro__[1].__module__)
+    http = sys.modules[openai.DefaultHttpxClient.__mro__[1].__module__]
     try:
         proxy = proxy_for(config["base_url"], http)
     except (ValueError, http.InvalidURL) as error:  # httpx 自己也解析不了某个代理变量
