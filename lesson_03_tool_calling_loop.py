@@ -602,8 +602,7 @@ def provider_text(body: object) -> str:
 
 
 def redact(text: str, secrets: set) -> str:
-    """给人看之前的唯一一道关：每个秘密（原样、JSON 转义几层、URL 编码、换行折成空格，也包括截断处
-    “…”前的半个）和地址里的 用户名:密码@ 都换成 ***；能操纵终端的字符写成 \\u001b 这样的转义。"""
+    """给人看之前的唯一一道关：秘密的各种写法、地址里的 用户名:密码@ 都换成 ***；控制字符转义。"""
     from urllib.parse import quote
 
     for secret in sorted(secrets, key=len, reverse=True):
@@ -642,8 +641,7 @@ def as_json(value: object) -> str:
 
 
 class SafeOutput:
-    """包住 stdout/stderr：每个字先过 redact()；写不出去（管道关了、磁盘满了）就记下来。写 stderr
-    之前先冲刷 stdout：两路合进一个管道（2>&1 | tee）时，行的先后就是事情的先后。"""
+    """包住 stdout/stderr：每个字先过 redact()；写不出去（管道关了、磁盘满了）就记下来。"""
 
     def __init__(self, stream: object, secrets: set, flush_first: object = None):
         self.stream, self.secrets, self.flush_first = stream, secrets, flush_first
@@ -651,7 +649,7 @@ class SafeOutput:
 
     def write(self, text: str) -> int:
         self.status("")  # 临时状态行先擦掉，再写真正的输出
-        getattr(self.flush_first, "flush", bool)()
+        getattr(self.flush_first, "flush", bool)()  # 先冲刷 stdout：2>&1 | tee 时行的先后才对
         text = redact(text.replace("\r\n", "\n"), self.secrets)  # 单独的 \r 才转义
         encoding = getattr(self.stream, "encoding", None) or "utf-8"
         self._try("write", text.encode(encoding, "backslashreplace").decode(encoding))
@@ -721,7 +719,7 @@ def field_problem(choice: object, message: object) -> str:
     return ""
 
 
-# 整段回答就是一个调用的样子：推理块已去掉，外面最多一层代码围栏，结尾多出的模板标记不算。
+# 整段就是一个调用才算（另有正文就是回答）：推理块已去掉，最多一层代码围栏，结尾的模板标记不算。
 # 模板标记：<|channel|>（gpt-oss 的 Harmony）、<｜tool▁calls▁begin｜>（DeepSeek）、<tool_call> 等
 TEMPLATE_MARKUP = r"<\|[^<>|]{1,40}\|>|<｜[^<>｜]{1,40}｜>|</?tool_call>|\[/?TOOL_CALLS\]"
 TEMPLATE_MARKUP += "|<function="
@@ -729,8 +727,7 @@ NAME_KEYS, ARGUMENT_KEYS = {"name", "tool_name", "function"}, {"arguments", "par
 
 
 def looks_like_tool_call_text(text: str) -> bool:
-    """以模板标记开头；整段是写着函数名和参数的 JSON；Gemma 的 ```tool_code；Llama 的 [f(a=1)]。
-    前后有正文的 JSON 例子、数学式、代码、末尾多出的模板标记：都还是回答。"""
+    """以模板标记开头；整段是写着函数名和参数的 JSON、Gemma 的 ```tool_code、Llama 的 [f(a=1)]。"""
     body = re.sub(rf"(?:\s*(?:{TEMPLATE_MARKUP}))+\s*\Z", "", text.strip(), flags=re.I)
     fence = re.fullmatch(r"(```|~~~)[ \t]*([\w-]*)[ \t]*\n(.*?)\n?[ \t]*\1", body, re.S)
     if fence and re.fullmatch(r"tool_code|tool_calls?|function_call", fence[2], re.I):
@@ -869,10 +866,9 @@ def explain_request_failure(error: BaseException, proxy: tuple) -> AgentStop | N
 class WholeRequestTimeout(TimeoutError): ...  # 整次请求（含重试）超过了总期限
 
 
+# OPENAI_TIMEOUT 只限每次读 socket：每秒滴一个字节的服务器能把一次请求拖上几分钟，所以另设总期限
 class DeadlineClient:
-    """OPENAI_TIMEOUT 只限制每次读 socket，每秒滴一个字节的服务器能把请求拖上几分钟。所以请求在
-    后台线程里跑，主线程只等到总期限；stderr 是终端时显示已等了几秒。外部世界的失败在这里变成
-    AgentStop，别的异常原样抛出。"""
+    """请求在后台线程里跑，主线程只等到总期限，终端上显示已等几秒；外部世界的失败变成 AgentStop。"""
 
     def __init__(self, client: object, seconds: float, proxy: tuple):
         self.client, self.seconds, self.proxy = client, seconds, proxy
@@ -923,10 +919,9 @@ HINT_URL = "只写协议、主机、端口和路径，照 Provider 文档写，�
 
 
 def secrets_in(environ: dict) -> set:
-    """输出里要遮住的：OPENAI_API_KEY（8 个字符以上，更短的多是本地服务的占位符），每个会被读到
-    的变量里像 key 的一段，和地址里的 用户名:密码。"""
+    """输出里要遮住的：OPENAI_API_KEY、会被读到的变量里像 key 的一段、地址里的 用户名:密码。"""
     key = environ.get("OPENAI_API_KEY", "").strip()
-    found = {key} if len(key) >= 8 else set()
+    found = {key} if len(key) >= 8 else set()  # 更短的多是本地服务的占位符，如 local
     for name, value in environ.items():
         if re.fullmatch(r"(?i)openai_\w*|\w*_proxy|ssl\w*", name):
             found.update(match[0] for match in KEY_LIKE.finditer(value))
@@ -938,8 +933,7 @@ def secrets_in(environ: dict) -> set:
 
 
 def config_problem(name: str, value: str) -> tuple:
-    """一个变量的一次检查：先找人常犯的错（引号、Bearer、填反、全角或空白字符），再看它自己的
-    规则。返回 (错在哪, 怎么改)，没问题就是 ()。"""
+    """一个变量的一次检查：先找人常犯的错，再看它自己的规则；返回 (错在哪, 怎么改) 或 ()。"""
     import unicodedata
 
     odd = [i for i, c in enumerate(value) if c.isspace() or not (c.isascii() and c.isprintable())]
@@ -1037,8 +1031,7 @@ def check_config(environ: dict) -> dict:
 
 
 def proxy_for(url: str, http: object) -> tuple:
-    """这个地址要走的代理：(设它的变量, 代理地址) 或 ()。用 httpx 自己读环境、配 NO_PROXY 的函数
-    来定，与它不手动配置时的决定一样（CIDR、::1、.example.com、* 都算）。"""
+    """这个地址要走的代理：(设它的变量, 代理地址) 或 ()；用 httpx 自己的函数定，决定与它一致。"""
     mounts = http._utils.get_environment_proxies()
     patterns = sorted(map(http._utils.URLPattern, mounts))  # 与 httpx 挑选 mount 的顺序相同
     chosen = next((p.pattern for p in patterns if p.matches(http.URL(url))), None)
@@ -1067,8 +1060,7 @@ def imported_sdk() -> object:
 
 
 def make_client(config: dict) -> DeadlineClient:
-    """创建 OpenAI SDK 客户端（只有这里导入 openai）。SDK 只拿到脚本决定好的东西：key、地址、组织与
-    项目、期限，和一个只走选定代理的 HTTP 客户端（trust_env 关掉，它不再自己读代理变量）。"""
+    """创建 SDK 客户端：它只拿到脚本决定好的 key、地址、组织与项目、期限和代理，不再自己读环境。"""
     openai = imported_sdk()
     # SDK 用的 HTTP 库（openai 3.x 是 httpx2，更早的是 httpx）：代理的规则问它，不自己另写一套
     http = sys.modules[openai.DefaultHttpxClient.__mro__[1].__module__]
