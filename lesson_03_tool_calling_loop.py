@@ -807,9 +807,8 @@ HINT_DEADLINE = "慢或限流（SDK 可能在等 Retry-After）：稍后再试�
 HINT_CERTIFICATE = "设了 SSL_CERT_FILE、SSL_CERT_DIR 就检查它们；公司网络可能有中间人证书"
 HINT_OS = "不是网络或 SDK 的问题：关掉别的程序，或放宽资源限制（ulimit）后再试"
 HINT_PROXY = (  # Clash、V2Ray 常给 socks5:// 代理，httpx 要多装 socksio 才能用
-    "检查 {name}：代理在不在运行，地址（普通代理用 http://，socks5:// 还要 python -m pip "
-    "install socksio）、端口和认证；本机或内网的端点加进 NO_PROXY（如 NO_PROXY=127.0.0.1,"
-    "localhost），或运行前 unset {name}"
+    "检查 {name}：代理是否在运行、地址（普通代理用 http://，socks5:// 要 python -m pip install "
+    "socksio）、端口和认证；本机或内网端点加进 NO_PROXY（如 127.0.0.1,localhost），或 unset {name}"
 )
 BROKEN_OFF = "连上了服务器，但响应中途断开或无法解码"
 FAILURES = [  # 没有状态码的失败：异常链里某个异常的类名（含基类），先命中的算数。最后一列为 1：
