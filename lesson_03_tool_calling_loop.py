@@ -923,7 +923,7 @@ def secrets_in(environ: dict) -> set:
     found = {key} if len(key) >= 8 else set()  # 更短的多是本地服务的占位符，如 local
     for name, value in environ.items():
         if re.fullmatch(r"(?i)openai_\w*|\w*_proxy|ssl\w*", name):
-            found.update(match[0] for match in KEY_LIKE.finditer(value))
+            found.update(KEY_LIKE.findall(value))
             userinfo = re.findall(r"(?s)^\s*(?:[A-Za-z][\w+.-]*:/*)?(.+)@", value)  # 到最后的 @
             found.update(userinfo)
             passwords = [info.partition(":")[2] for info in userinfo]  # 单独出现也要遮
