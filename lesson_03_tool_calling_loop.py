@@ -915,6 +915,10 @@ KEY_LIKE = re.compile(
     r"|\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"
 )
 HINT_URL = "只写协议、主机、端口和路径，照 Provider 文档写，例如 http://127.0.0.1:11434/v1"
+HINT_INSTALL = (
+    "先激活 README 第 2 步建的虚拟环境（. .venv/bin/activate，Windows 是 .venv\\Scripts\\"
+    'Activate.ps1），还没建就照第 2 步建；或在虚拟环境里 pip install "openai>=1.109.1,<4"'
+)
 
 
 def secrets_in(environ: dict) -> set:
@@ -1098,10 +1102,6 @@ def make_client(config: dict) -> DeadlineClient:
 
 
 # ---- 命令行：解析参数、运行，把 AgentStop 变成两行说明和退出码；别的异常是 bug ----
-HINT_INSTALL = (
-    "先激活 README 第 2 步建的虚拟环境（. .venv/bin/activate，Windows 是 .venv\\Scripts\\"
-    'Activate.ps1），还没建就照第 2 步建；或在虚拟环境里 pip install "openai>=1.109.1,<4"'
-)
 HELP = """\
 用法：python3 lesson_03_tool_calling_loop.py [--show-messages] [问题……] | --self-check | --demo
   --self-check     离线自检：只用标准库，不需要 API Key
