@@ -888,7 +888,8 @@ class DeadlineClient:
         try:
             threading.Thread(target=call, daemon=True).start()  # 不用线程池：它退出时要等线程
         except RuntimeError as error:  # can't start new thread：操作系统不再给线程
-            raise AgentStop(SDK_NETWORK, f"操作系统拒绝了新线程（{error}）", HINT_OS, 3) from None
+            what = f"操作系统拒绝了新线程（{error}）"
+            raise AgentStop(SDK_NETWORK, what, HINT_OS, EXIT_REQUEST_FAILED) from None
         status = getattr(sys.stderr, "status", lambda text: None)
         for waited in range(1, int(self.seconds) + 2):  # 每秒醒来一次，报告已经等了几秒
             if wait([outcome], min(1.0, self.seconds - waited + 1)).done:
