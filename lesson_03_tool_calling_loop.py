@@ -1187,8 +1187,10 @@ def report(stop: AgentStop, config: dict, file: object = None) -> None:
 def main(argv: list, environ: dict) -> int:
     """命令行入口，返回退出码。输出都经过 SafeOutput；回答没写出去就不算成功。"""
     secrets = secrets_in({**os.environ, **environ})
-    saved, out = (sys.stdout, sys.stderr), SafeOutput(sys.stdout, secrets)
-    sys.stdout, sys.stderr = out, err = out, SafeOutput(saved[1], secrets, flush_first=out)
+    saved = (sys.stdout, sys.stderr)
+    out = SafeOutput(sys.stdout, secrets)
+    err = SafeOutput(sys.stderr, secrets, flush_first=out)
+    sys.stdout, sys.stderr = out, err
     try:
         code = run_command(argv, environ)
         out.flush()
