@@ -539,8 +539,7 @@ def demo() -> int:
 
 
 # ======================== 第三部分：附录——真实世界的防护 ========================
-# 几套机制，各在自己的横幅下。给人看的一切只过 redact() 一道关；请求失败只翻译外部世界的失败，
-# 别的异常都是 bug，main 连 traceback 打印；每个环境变量查一次，说出错在哪；代理只由 httpx 决定。
+# 五套机制，各在自己的横幅下，横幅写着它的规则：文字与 redact()、响应、请求失败、环境、命令行。
 
 # ---- 文字：外来的值变成有界的一行；给人看之前一律经过 redact() ----
 # 能操纵终端的字符：C0（换行、制表符除外）、DEL、C1（如 U+009B CSI）、双向文字控制符
@@ -602,8 +601,7 @@ def provider_text(body: object) -> str:
 
 
 def redact(text: str, secrets: set) -> str:
-    """给人看之前的唯一一道关：每个秘密（原样、JSON 转义几层、URL 编码、换行折成空格，也包括截断处
-    “…”前的半个）和地址里的 用户名:密码@ 都换成 ***；能操纵终端的字符写成 \\u001b 这样的转义。"""
+    """给人看之前的唯一一道关：秘密的各种写法、地址里的 用户名:密码@ 都换成 ***；控制字符转义。"""
     from urllib.parse import quote
 
     for secret in sorted(secrets, key=len, reverse=True):
@@ -642,8 +640,7 @@ def as_json(value: object) -> str:
 
 
 class SafeOutput:
-    """包住 stdout/stderr：每个字先过 redact()；写不出去（管道关了、磁盘满了）就记下来。写 stderr
-    之前先冲刷 stdout：两路合进一个管道（2>&1 | tee）时，行的先后就是事情的先后。"""
+    """包住 stdout/stderr：每个字先过 redact()；写不出去（管道关了、磁盘满了）就记下来。"""
 
     def __init__(self, stream: object, secrets: set, flush_first: object = None):
         self.stream, self.secrets, self.flush_first = stream, secrets, flush_first
@@ -651,7 +648,7 @@ class SafeOutput:
 
     def write(self, text: str) -> int:
         self.status("")  # 临时状态行先擦掉，再写真正的输出
-        getattr(self.flush_first, "flush", bool)()
+        getattr(self.flush_first, "flush", bool)()  # 先冲刷 stdout：2>&1 | tee 时行的先后才对
         text = redact(text.replace("\r\n", "\n"), self.secrets)  # 单独的 \r 才转义
         encoding = getattr(self.stream, "encoding", None) or "utf-8"
         self._try("write", text.encode(encoding, "backslashreplace").decode(encoding))
@@ -679,16 +676,16 @@ class SafeOutput:
 def check_response_shape(response: object) -> None:
     """没有可用的 choices[0]，或字段不能原样回传，就停在这里；HTTP 200 里的错误转述原话。"""
     choices = getattr(response, "choices", None)
-    if isinstance(choices, list) and choices and getattr(choices[0], "error", None):  # OpenRouter
-        said = choices[0].error
-        what = f"Provider 在 choices[0].error 里报错：{provider_text(said)}"
-        raise provider_stop(what, None, said)
     if not isinstance(choices, list) or not choices:  # HTTP 200，却是一张网页或一个错误
         said = plain(response)
         said = said[0] if isinstance(said, list) and said else said  # Gemini 的 [{"error": …}]
         said = said.get("error") if isinstance(said, dict) else said
         what = f"HTTP 200 里没有回复：{provider_text(said)}" if said else "响应里没有 choices"
         raise provider_stop(what, None, said, HINT_PAGE if isinstance(said, str) else "")
+    said = getattr(choices[0], "error", None)
+    if said:  # OpenRouter 把生成途中的错误放在这里
+        what = f"Provider 在 choices[0].error 里报错：{provider_text(said)}"
+        raise provider_stop(what, None, said)
     problem = field_problem(choices[0], getattr(choices[0], "message", None))
     if problem:
         raise AgentStop(PROVIDER, f"响应没法照 OpenAI 协议读：{problem}", HINT_ENDPOINT)
@@ -721,7 +718,7 @@ def field_problem(choice: object, message: object) -> str:
     return ""
 
 
-# 整段回答就是一个调用的样子：推理块已去掉，外面最多一层代码围栏，结尾多出的模板标记不算。
+# 整段就是一个调用才算（另有正文就是回答）：推理块已去掉，最多一层代码围栏，结尾的模板标记不算。
 # 模板标记：<|channel|>（gpt-oss 的 Harmony）、<｜tool▁calls▁begin｜>（DeepSeek）、<tool_call> 等
 TEMPLATE_MARKUP = r"<\|[^<>|]{1,40}\|>|<｜[^<>｜]{1,40}｜>|</?tool_call>|\[/?TOOL_CALLS\]"
 TEMPLATE_MARKUP += "|<function="
@@ -729,8 +726,7 @@ NAME_KEYS, ARGUMENT_KEYS = {"name", "tool_name", "function"}, {"arguments", "par
 
 
 def looks_like_tool_call_text(text: str) -> bool:
-    """以模板标记开头；整段是写着函数名和参数的 JSON；Gemma 的 ```tool_code；Llama 的 [f(a=1)]。
-    前后有正文的 JSON 例子、数学式、代码、末尾多出的模板标记：都还是回答。"""
+    """以模板标记开头；整段是写着函数名和参数的 JSON、Gemma 的 ```tool_code、Llama 的 [f(a=1)]。"""
     body = re.sub(rf"(?:\s*(?:{TEMPLATE_MARKUP}))+\s*\Z", "", text.strip(), flags=re.I)
     fence = re.fullmatch(r"(```|~~~)[ \t]*([\w-]*)[ \t]*\n(.*?)\n?[ \t]*\1", body, re.S)
     if fence and re.fullmatch(r"tool_code|tool_calls?|function_call", fence[2], re.I):
@@ -805,26 +801,13 @@ KNOWN_WORDS = [
     ("bind your", PROVIDER, HINT_WORDS),  # 魔搭的 401：先绑定阿里云账号，不是 key 错了
 ]
 
-
-def provider_stop(what: str, status: object, body: object, otherwise: str = "") -> AgentStop:
-    """what 已引用了原话。建议按原话里认得的字样给，认不出再看状态码，都没有就请人照原话办。"""
-    words = re.sub(r"%20|[\s_]+", " ", json.dumps(body, ensure_ascii=False, default=repr).lower())
-    known = [(link, hint) for pattern, link, hint in KNOWN_WORDS if re.search(pattern, words)]
-    link, hint = (known or [(PROVIDER, STATUS_HINTS.get(status, otherwise or HINT_WORDS))])[0]
-    return AgentStop(link, what, hint, EXIT_REQUEST_FAILED if status else EXIT_STOPPED)
-
-
-class WholeRequestTimeout(TimeoutError): ...  # 整次请求（含重试）超过了总期限
-
-
 HINT_LOCAL = "本地服务（Ollama、llama.cpp、vLLM）用 http://，不是 https://"
 HINT_DEADLINE = "慢或限流（SDK 可能在等 Retry-After）：稍后再试，或调大 OPENAI_TIMEOUT"
 HINT_CERTIFICATE = "设了 SSL_CERT_FILE、SSL_CERT_DIR 就检查它们；公司网络可能有中间人证书"
 HINT_OS = "不是网络或 SDK 的问题：关掉别的程序，或放宽资源限制（ulimit）后再试"
 HINT_PROXY = (  # Clash、V2Ray 常给 socks5:// 代理，httpx 要多装 socksio 才能用
-    "检查 {name}：代理在不在运行，地址（普通代理用 http://，socks5:// 还要 python -m pip "
-    "install socksio）、端口和认证；本机或内网的端点加进 NO_PROXY（如 NO_PROXY=127.0.0.1,"
-    "localhost），或运行前 unset {name}"
+    "检查 {name}：代理是否在运行、地址（普通代理用 http://，socks5:// 要 python -m pip install "
+    "socksio）、端口和认证；本机或内网端点加进 NO_PROXY（如 127.0.0.1,localhost），或 unset {name}"
 )
 BROKEN_OFF = "连上了服务器，但响应中途断开或无法解码"
 FAILURES = [  # 没有状态码的失败：异常链里某个异常的类名（含基类），先命中的算数。最后一列为 1：
@@ -846,6 +829,14 @@ FAILURES = [  # 没有状态码的失败：异常链里某个异常的类名（�
 ]
 
 
+def provider_stop(what: str, status: object, body: object, otherwise: str = "") -> AgentStop:
+    """what 已引用了原话。建议按原话里认得的字样给，认不出再看状态码，都没有就请人照原话办。"""
+    words = re.sub(r"%20|[\s_]+", " ", json.dumps(body, ensure_ascii=False, default=repr).lower())
+    known = [(link, hint) for pattern, link, hint in KNOWN_WORDS if re.search(pattern, words)]
+    link, hint = (known or [(PROVIDER, STATUS_HINTS.get(status, otherwise or HINT_WORDS))])[0]
+    return AgentStop(link, what, hint, EXIT_REQUEST_FAILED if status else EXIT_STOPPED)
+
+
 def explain_request_failure(error: BaseException, proxy: tuple) -> AgentStop | None:
     """SDK 与线路能抛出的失败变成两行报告；认不出的不是外部世界的失败，返回 None：那是 bug。"""
     chain = [error]
@@ -857,23 +848,25 @@ def explain_request_failure(error: BaseException, proxy: tuple) -> AgentStop | N
     if status is None and row is None:
         return None
     if status:
-        what, link, hint = f"HTTP {status}：{provider_text(error.body or str(error))}", PROVIDER, ""
+        what = f"HTTP {status}：{provider_text(error.body or str(error))}"
         first_hop = status in (407, 502)  # 有代理时，407、502 是代理自己的错误页
     else:
         _, link, reason, hint, first_hop = row
         what = f"{reason}（{type(error).__name__}: {clip(str(error.__cause__ or error), 120)}）"
     if proxy and first_hop:
-        what, hint = f"请求没能经代理 {proxy[1]}（{proxy[0]}）送到端点：{what}", HINT_PROXY
-        return AgentStop(SDK_NETWORK, what, hint.format(name=proxy[0]), EXIT_REQUEST_FAILED)
+        what = f"请求没能经代理 {proxy[1]}（{proxy[0]}）送到端点：{what}"
+        return AgentStop(SDK_NETWORK, what, HINT_PROXY.format(name=proxy[0]), EXIT_REQUEST_FAILED)
     if status:
         return provider_stop(what, status, error.body)
     return AgentStop(link, what, hint, EXIT_REQUEST_FAILED)
 
 
+class WholeRequestTimeout(TimeoutError): ...  # 整次请求（含重试）超过了总期限
+
+
+# OPENAI_TIMEOUT 只限每次读 socket：每秒滴一个字节的服务器能把一次请求拖上几分钟，所以另设总期限
 class DeadlineClient:
-    """OPENAI_TIMEOUT 只限制每次读 socket，每秒滴一个字节的服务器能把请求拖上几分钟。所以请求在
-    后台线程里跑，主线程只等到总期限；stderr 是终端时显示已等了几秒。外部世界的失败在这里变成
-    AgentStop，别的异常原样抛出。"""
+    """请求在后台线程里跑，主线程只等到总期限，终端上显示已等几秒；外部世界的失败变成 AgentStop。"""
 
     def __init__(self, client: object, seconds: float, proxy: tuple):
         self.client, self.seconds, self.proxy = client, seconds, proxy
@@ -894,7 +887,8 @@ class DeadlineClient:
         try:
             threading.Thread(target=call, daemon=True).start()  # 不用线程池：它退出时要等线程
         except RuntimeError as error:  # can't start new thread：操作系统不再给线程
-            raise AgentStop(SDK_NETWORK, f"操作系统拒绝了新线程（{error}）", HINT_OS, 3) from None
+            what = f"操作系统拒绝了新线程（{error}）"
+            raise AgentStop(SDK_NETWORK, what, HINT_OS, EXIT_REQUEST_FAILED) from None
         status = getattr(sys.stderr, "status", lambda text: None)
         for waited in range(1, int(self.seconds) + 2):  # 每秒醒来一次，报告已经等了几秒
             if wait([outcome], min(1.0, self.seconds - waited + 1)).done:
@@ -921,16 +915,19 @@ KEY_LIKE = re.compile(
     r"|\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"
 )
 HINT_URL = "只写协议、主机、端口和路径，照 Provider 文档写，例如 http://127.0.0.1:11434/v1"
+HINT_INSTALL = (
+    "先激活 README 第 2 步建的虚拟环境（. .venv/bin/activate，Windows 是 .venv\\Scripts\\"
+    'Activate.ps1），还没建就照第 2 步建；或在虚拟环境里 pip install "openai>=1.109.1,<4"'
+)
 
 
 def secrets_in(environ: dict) -> set:
-    """输出里要遮住的：OPENAI_API_KEY（8 个字符以上，更短的多是本地服务的占位符），每个会被读到
-    的变量里像 key 的一段，和地址里的 用户名:密码。"""
+    """输出里要遮住的：OPENAI_API_KEY、会被读到的变量里像 key 的一段、地址里的 用户名:密码。"""
     key = environ.get("OPENAI_API_KEY", "").strip()
-    found = {key} if len(key) >= 8 else set()
+    found = {key} if len(key) >= 8 else set()  # 更短的多是本地服务的占位符，如 local
     for name, value in environ.items():
         if re.fullmatch(r"(?i)openai_\w*|\w*_proxy|ssl\w*", name):
-            found.update(match[0] for match in KEY_LIKE.finditer(value))
+            found.update(KEY_LIKE.findall(value))
             userinfo = re.findall(r"(?s)^\s*(?:[A-Za-z][\w+.-]*:/*)?(.+)@", value)  # 到最后的 @
             found.update(userinfo)
             passwords = [info.partition(":")[2] for info in userinfo]  # 单独出现也要遮
@@ -939,8 +936,7 @@ def secrets_in(environ: dict) -> set:
 
 
 def config_problem(name: str, value: str) -> tuple:
-    """一个变量的一次检查：先找人常犯的错（引号、Bearer、填反、全角或空白字符），再看它自己的
-    规则。返回 (错在哪, 怎么改)，没问题就是 ()。"""
+    """一个变量的一次检查：先找人常犯的错，再看它自己的规则；返回 (错在哪, 怎么改) 或 ()。"""
     import unicodedata
 
     odd = [i for i, c in enumerate(value) if c.isspace() or not (c.isascii() and c.isprintable())]
@@ -1038,8 +1034,7 @@ def check_config(environ: dict) -> dict:
 
 
 def proxy_for(url: str, http: object) -> tuple:
-    """这个地址要走的代理：(设它的变量, 代理地址) 或 ()。用 httpx 自己读环境、配 NO_PROXY 的函数
-    来定，与它不手动配置时的决定一样（CIDR、::1、.example.com、* 都算）。"""
+    """这个地址要走的代理：(设它的变量, 代理地址) 或 ()；用 httpx 自己的函数定，决定与它一致。"""
     mounts = http._utils.get_environment_proxies()
     patterns = sorted(map(http._utils.URLPattern, mounts))  # 与 httpx 挑选 mount 的顺序相同
     chosen = next((p.pattern for p in patterns if p.matches(http.URL(url))), None)
@@ -1068,13 +1063,10 @@ def imported_sdk() -> object:
 
 
 def make_client(config: dict) -> DeadlineClient:
-    """创建 OpenAI SDK 客户端（只有这里导入 openai）。SDK 只拿到脚本决定好的东西：key、地址、组织与
-    项目、期限，和一个只走选定代理的 HTTP 客户端（trust_env 关掉，它不再自己读代理变量）。"""
-    import importlib
-
+    """创建 SDK 客户端：它只拿到脚本决定好的 key、地址、组织与项目、期限和代理，不再自己读环境。"""
     openai = imported_sdk()
     # SDK 用的 HTTP 库（openai 3.x 是 httpx2，更早的是 httpx）：代理的规则问它，不自己另写一套
-    http = importlib.import_module(openai.DefaultHttpxClient.__mro__[1].__module__)
+    http = sys.modules[openai.DefaultHttpxClient.__mro__[1].__module__]
     try:
         proxy = proxy_for(config["base_url"], http)
     except (ValueError, http.InvalidURL) as error:  # httpx 自己也解析不了某个代理变量
@@ -1110,10 +1102,6 @@ def make_client(config: dict) -> DeadlineClient:
 
 
 # ---- 命令行：解析参数、运行，把 AgentStop 变成两行说明和退出码；别的异常是 bug ----
-HINT_INSTALL = (
-    "先激活 README 第 2 步建的虚拟环境（. .venv/bin/activate，Windows 是 .venv\\Scripts\\"
-    'Activate.ps1），还没建就照第 2 步建；或在虚拟环境里 pip install "openai>=1.109.1,<4"'
-)
 HELP = """\
 用法：python3 lesson_03_tool_calling_loop.py [--show-messages] [问题……] | --self-check | --demo
   --self-check     离线自检：只用标准库，不需要 API Key
@@ -1191,17 +1179,17 @@ def report(stop: AgentStop, config: dict, file: object = None) -> None:
         default = "" if config["base_url_given"] else "（没设 OPENAI_BASE_URL 时的默认值）"
         endpoint = f"；端点 {config['base_url']}{default}，模型 {clip(config['model'], 80)}"
     last_ok = f"最后一个成功事件：{stop.last_ok}；" if stop.last_ok else ""
-    print(
-        f"[{stop.link}] {where}{stop.reason}{endpoint}\n{last_ok}建议：{stop.hint}",
-        file=file or sys.stderr,
-    )
+    text = f"[{stop.link}] {where}{stop.reason}{endpoint}\n{last_ok}建议：{stop.hint}"
+    print(text, file=file or sys.stderr)
 
 
 def main(argv: list, environ: dict) -> int:
     """命令行入口，返回退出码。输出都经过 SafeOutput；回答没写出去就不算成功。"""
     secrets = secrets_in({**os.environ, **environ})
-    saved, out = (sys.stdout, sys.stderr), SafeOutput(sys.stdout, secrets)
-    sys.stdout, sys.stderr = out, err = out, SafeOutput(saved[1], secrets, flush_first=out)
+    saved = (sys.stdout, sys.stderr)
+    out = SafeOutput(sys.stdout, secrets)
+    err = SafeOutput(sys.stderr, secrets, flush_first=out)
+    sys.stdout, sys.stderr = out, err
     try:
         code = run_command(argv, environ)
         out.flush()
@@ -1217,9 +1205,8 @@ def main(argv: list, environ: dict) -> int:
     except Exception:  # 不是外部世界的失败，是 Harness 自己（或改过的代码）的 bug：让它原样可见
         import traceback
 
-        print(
-            "[Harness] 程序自身出错了（不是 Provider 或网络的问题；改过代码就先查改动）：", file=err
-        )
+        what = "[Harness] 程序自身出错了（不是 Provider 或网络的问题；改过代码就先查改动）："
+        print(what, file=err)
         traceback.print_exc(file=err)
         code = EXIT_STOPPED
     finally:
