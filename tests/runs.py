@@ -1,6 +1,12 @@
 """The outcome of one run of the command line, in-process or as a subprocess."""
 
+import json
+import os
 from dataclasses import dataclass
+
+import openai
+
+import lesson_03_tool_calling_loop as lesson
 
 
 @dataclass
@@ -16,6 +22,37 @@ class Run:
     @property
     def err_lines(self) -> list:
         return self.err.splitlines()
+
+
+def run_in_process(capsys, env, *args) -> Run:
+    """main() in this process with exactly `env`: the real SDK and real HTTP, no process start."""
+    code = lesson.main(list(args), env)
+    captured = capsys.readouterr()
+    return Run(code, captured.out, captured.err)
+
+
+def environ_runner(provider, capsys, monkeypatch, key):
+    """A runner whose variables also go into os.environ, where proxy_for() and the SDK read them."""
+
+    def runner(*args, **variables):
+        settings = {"OPENAI_API_KEY": key, "OPENAI_MODEL": "m"}
+        settings["OPENAI_BASE_URL"] = provider.base_url
+        for name, value in {**settings, **variables}.items():
+            monkeypatch.setenv(name, value)
+        return run_in_process(capsys, dict(os.environ), *args)
+
+    return runner
+
+
+def sent_to_fake(provider, messages, key) -> tuple:
+    """Send `messages` through the real SDK to a fake that checks them: (its 400 body as text,
+    None) when it refuses, (None, the response) when it accepts."""
+    with openai.OpenAI(api_key=key, base_url=provider.base_url, max_retries=0) as client:
+        try:
+            response = client.chat.completions.create(model="m", messages=messages, timeout=5)
+        except openai.BadRequestError as error:
+            return json.dumps(error.body, ensure_ascii=False), None
+    return None, response
 
 
 def pairing_problems(messages: list) -> list:

@@ -29,7 +29,7 @@ import pytest
 
 import lesson_03_tool_calling_loop as lesson
 from tests.provider_server import Reply, completion, tool_call
-from tests.runs import Run
+from tests.runs import environ_runner
 
 pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
 SCRIPT = Path(lesson.__file__).resolve()
@@ -63,20 +63,7 @@ def plain_environment(monkeypatch):
 @pytest.fixture
 def run(provider, capsys, monkeypatch):
     """Run main() in-process; variables go into os.environ too, where the SDK reads them."""
-
-    def runner(*args, **variables):
-        settings = {
-            "OPENAI_API_KEY": KEY,
-            "OPENAI_MODEL": "m",
-            "OPENAI_BASE_URL": provider.base_url,
-        }
-        for name, value in {**settings, **variables}.items():
-            monkeypatch.setenv(name, value)
-        code = lesson.main(list(args), dict(os.environ))
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
-
-    return runner
+    return environ_runner(provider, capsys, monkeypatch, KEY)
 
 
 def child_environment(**variables):

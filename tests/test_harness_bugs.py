@@ -9,7 +9,7 @@ import pytest
 
 import lesson_03_tool_calling_loop as lesson
 from tests.provider_server import Reply, completion, tool_call
-from tests.runs import Run
+from tests.runs import Run, run_in_process
 
 pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
 KEY = "sk-harness-bug-0123456789abcdef"
@@ -20,9 +20,7 @@ BUG_LINE = "[Harness] 程序自身出错了"
 def run(provider, capsys):
     def runner(*args):
         env = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
-        code = lesson.main(list(args), env)
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
+        return run_in_process(capsys, env, *args)
 
     return runner
 

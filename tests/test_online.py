@@ -29,7 +29,7 @@ from tests.provider_server import (
     recording,
     tool_call,
 )
-from tests.runs import Run
+from tests.runs import Run, run_in_process
 
 pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
 SCRIPT = Path(lesson.__file__).resolve()
@@ -52,12 +52,6 @@ def environment(provider, **extra):
     }
     env.update(extra)
     return env
-
-
-def run_in_process(capsys, env, *args):
-    code = lesson.main(list(args), env)
-    captured = capsys.readouterr()
-    return Run(code, captured.out, captured.err)
 
 
 def run_subprocess(env, *args):

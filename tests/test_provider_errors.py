@@ -11,18 +11,16 @@ repr is written as JSON here, words unchanged. Hints are named, not quoted, so t
 can change.
 """
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import openai  # no skip: without the SDK these tests must fail, not vanish
 import pytest
 
 import lesson_03_tool_calling_loop as lesson
 from tests.provider_server import Reply, completion, refuse_unless, tool_call
-from tests.runs import Run
+from tests.runs import run_in_process, sent_to_fake
 
 pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
 
@@ -41,9 +39,7 @@ def run(provider, capsys):
             "OPENAI_BASE_URL": provider.base_url,
             "OPENAI_TIMEOUT": "5",
         }
-        code = lesson.main(list(args), env)
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
+        return run_in_process(capsys, env, *args)
 
     return runner
 
@@ -964,12 +960,10 @@ def test_the_fake_providers_refuse_what_they_stand_for(provider, check, message,
     tools = [{"role": "tool", "tool_call_id": call["id"], "content": RESULT} for call in calls]
     messages = [{"role": "user", "content": lesson.DEFAULT_QUESTION}, message, *tools]
     provider.script(refuse_unless(check, completion(content=ANSWER)))
-    with openai.OpenAI(api_key=KEY, base_url=provider.base_url, max_retries=0) as client:
-        try:
-            response = client.chat.completions.create(model="m", messages=messages, timeout=5)
-        except openai.BadRequestError as error:
-            assert refused is not None, error.body
-            assert refused in json.dumps(error.body, ensure_ascii=False)
-        else:
-            assert refused is None, "the fake accepted what it stands for refusing"
-            assert response.choices[0].message.content == ANSWER
+    refusal, response = sent_to_fake(provider, messages, KEY)
+    if refused is None:
+        assert refusal is None, refusal
+        assert response.choices[0].message.content == ANSWER
+    else:
+        assert refusal is not None, "the fake accepted what it stands for refusing"
+        assert refused in refusal

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import lesson_03_tool_calling_loop as lesson
 from tests.provider_server import completion, tool_call
-from tests.runs import Run
+from tests.runs import environ_runner
 
 pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
 # The library the SDK sends with, found the way make_client() finds it
@@ -271,20 +271,7 @@ def test_every_no_proxy_form_is_decided_for_every_target_as_the_library_decides(
 @pytest.fixture
 def run(provider, capsys, monkeypatch):
     """Run main() in-process; variables go into os.environ too, where proxy_for() reads them."""
-
-    def runner(*args, **variables):
-        defaults = {
-            "OPENAI_API_KEY": KEY,
-            "OPENAI_MODEL": "m",
-            "OPENAI_BASE_URL": provider.base_url,
-        }
-        for name, value in {**defaults, **variables}.items():
-            monkeypatch.setenv(name, value)
-        code = lesson.main(list(args), dict(os.environ))
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
-
-    return runner
+    return environ_runner(provider, capsys, monkeypatch, KEY)
 
 
 def report(result):

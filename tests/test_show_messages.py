@@ -11,7 +11,7 @@ import pytest
 
 import lesson_03_tool_calling_loop as lesson
 from tests.provider_server import OMIT, Reply, completion, tool_call
-from tests.runs import Run
+from tests.runs import run_in_process
 
 pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
 KEY = "sk-show-messages-0123456789"
@@ -24,9 +24,7 @@ REFUSED = "被拒收、没有写进历史的响应"
 def run(provider, capsys):
     def runner(*args):
         env = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
-        code = lesson.main(["--show-messages", *args], env)
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
+        return run_in_process(capsys, env, "--show-messages", *args)
 
     return runner
 
