@@ -141,6 +141,19 @@ def bad_gzip(body: bytes) -> Reply:
     return Reply(body=body, content_type="application/json", headers={"Content-Encoding": "gzip"})
 
 
+# The article's turn as a provider sends it, and the lines the script prints for it.
+ARTICLE_TOOL_TURN = completion(
+    tool_calls=[tool_call("call_1", "multiply", '{"a":248,"b":15}')], finish_reason="tool_calls"
+)
+ARTICLE_FINAL = completion(content="248 乘以 15 等于 3720。")
+ARTICLE_LINES = [
+    "step 1: finish_reason=tool_calls",
+    'step 1: multiply call_id=call_1 result={"status":"completed","result":3720}',
+    "step 2: finish_reason=stop",
+    "Agent> 248 乘以 15 等于 3720。",
+]
+
+
 def recording(name: str) -> tuple[dict, Reply]:
     """Load tests/recordings/<name>(.json); return its request body and a Reply replaying
     its response (status, content type, body) as the real server sent it."""
@@ -337,6 +350,9 @@ class ProviderServer:
 
 
 __all__ = [
+    "ARTICLE_FINAL",
+    "ARTICLE_LINES",
+    "ARTICLE_TOOL_TURN",
     "OMIT",
     "RECORDINGS",
     "ProviderServer",

@@ -28,23 +28,21 @@ import openai  # noqa: F401  (no skip: without the SDK these tests must fail, no
 import pytest
 
 import lesson_03_tool_calling_loop as lesson
-from tests.provider_server import Reply, completion, tool_call
+from tests.provider_server import (
+    ARTICLE_FINAL,
+    ARTICLE_LINES,
+    ARTICLE_TOOL_TURN,
+    Reply,
+    completion,
+    tool_call,
+)
 from tests.runs import environ_runner
 
 pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
 SCRIPT = Path(lesson.__file__).resolve()
 KEY = "sk-environment-secret-0123456789"
 SELF_SIGNED = Path(__file__).resolve().parent / "tls" / "self_signed_127.0.0.1.pem"
-ARTICLE_LINES = [
-    "step 1: finish_reason=tool_calls",
-    'step 1: multiply call_id=call_1 result={"status":"completed","result":3720}',
-    "step 2: finish_reason=stop",
-    "Agent> 248 乘以 15 等于 3720。",
-]
-TOOL_TURN = completion(
-    tool_calls=[tool_call("call_1", "multiply", '{"a":248,"b":15}')], finish_reason="tool_calls"
-)
-FINAL = completion(content="248 乘以 15 等于 3720。")
+TOOL_TURN, FINAL = ARTICLE_TOOL_TURN, ARTICLE_FINAL
 
 
 def is_ambient(name):

@@ -21,7 +21,13 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 import lesson_03_tool_calling_loop as lesson
-from tests.provider_server import completion, tool_call
+from tests.provider_server import (
+    ARTICLE_FINAL,
+    ARTICLE_LINES,
+    ARTICLE_TOOL_TURN,
+    completion,
+    tool_call,
+)
 from tests.runs import environ_runner
 
 pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
@@ -30,16 +36,7 @@ HTTP = importlib.import_module(openai.DefaultHttpxClient.__mro__[1].__module__)
 KEY = "sk-proxy-decision-0123456789abcdef"
 PROXY_NAMES = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 NO_PROXY_NAMES = ("NO_PROXY", "no_proxy")
-ARTICLE_LINES = [
-    "step 1: finish_reason=tool_calls",
-    'step 1: multiply call_id=call_1 result={"status":"completed","result":3720}',
-    "step 2: finish_reason=stop",
-    "Agent> 248 乘以 15 等于 3720。",
-]
-TOOL_TURN = completion(
-    tool_calls=[tool_call("call_1", "multiply", '{"a":248,"b":15}')], finish_reason="tool_calls"
-)
-FINAL = completion(content="248 乘以 15 等于 3720。")
+TOOL_TURN, FINAL = ARTICLE_TOOL_TURN, ARTICLE_FINAL
 
 
 def is_ambient(name):
