@@ -570,10 +570,14 @@ def is_text(value: object) -> bool:
     return isinstance(value, str) and value.encode("utf-8", "replace").decode() == value
 
 
+def content_parts(content: object) -> list:
+    """content 的各段：字符串（或 null）算一个 text 片段，列表就是它自己的片段。"""
+    return content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+
+
 def text_of(content: object) -> str:
-    """content 里的文字：字符串本身，或一串片段里 type 为 text 的那些（thinking 片段是推理）。"""
-    parts = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
-    return "".join(part["text"] for part in parts if part["type"] == "text")
+    """content 里 text 片段的文字（thinking 片段是推理）；形状已由 field_problem 查过。"""
+    return "".join(part["text"] for part in content_parts(content) if part["type"] == "text")
 
 
 def provider_text(body: object) -> str:
@@ -583,7 +587,9 @@ def provider_text(body: object) -> str:
         inner = body.get("error", body.get("errors", body))  # 魔搭的 429 用 "errors"
         if not isinstance(inner, dict):
             return clip(inner)
-        said, raw = clip(inner.get("message") or inner), (inner.get("metadata") or {}).get("raw")
+        said = clip(inner.get("message") or inner)
+        metadata = inner.get("metadata")
+        raw = metadata.get("raw") if isinstance(metadata, dict) else None
         try:  # noqa: SIM105  raw 常是一段 JSON 文本，也可能只是文字
             raw = json.loads(raw)
         except (TypeError, ValueError, RecursionError):
@@ -696,11 +702,9 @@ def field_problem(choice: object, message: object) -> str:
     for owner, name in ((choice, "finish_reason"), (message, "content"), (message, "tool_calls")):
         if not hasattr(owner, name):
             return f"choices[0] 里没有 {name}"
-    parts = message.content if isinstance(message.content, list) else [message.content]
-    for number, part in enumerate(parts, start=1):
-        kind = part.get("type") if isinstance(part, dict) else "text"
-        text = part.get("text") if isinstance(part, dict) else part or ""
-        if kind != "thinking" and not (kind == "text" and is_text(text)):
+    for number, part in enumerate(content_parts(message.content), start=1):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "thinking" and not (kind == "text" and is_text(part.get("text"))):
             return f"content 的第 {number} 段不是文本：{clip(part, 80)}"
     if not is_text(getattr(message, "reasoning_content", None) or ""):
         return "reasoning_content 不是文本"

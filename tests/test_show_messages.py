@@ -103,6 +103,16 @@ STOPS = {
         "id",
     ),
     "200 with only an error": ({"error": {"message": "upstream crashed"}}, "upstream crashed"),
+    "content parts that are bare text": (completion(content=["3720"]), "content"),
+    "a content part that is null": (completion(content=[None]), "content"),
+    "content as one part, not a list": (
+        completion(content={"type": "text", "text": "3720"}),
+        "content",
+    ),
+    "error metadata that is text": (
+        {"error": {"message": "upstream crashed", "metadata": "not an object"}},
+        "upstream crashed",
+    ),
 }
 
 
