@@ -950,7 +950,9 @@ def config_problem(name: str, value: str) -> tuple:
         return "开头多了 Bearer（那是 HTTP 头的写法，SDK 会自己加）", "删掉 Bearer 和空格，只留 key"
     if name == "OPENAI_API_KEY" and re.match(r"(?i)https?:", value):
         return "像一个地址，不像 key", "OPENAI_API_KEY 和 OPENAI_BASE_URL 可能填反了"
-    if name != "OPENAI_API_KEY" and KEY_LIKE.search(value):
+    # 地址的路径里可以有像 key 的一段（Cloudflare 的 32 位账户 id）：不像地址、又像 key 才是填反了
+    is_url = name == "OPENAI_BASE_URL" and re.match(r"(?i)https?://", value)
+    if name != "OPENAI_API_KEY" and not is_url and KEY_LIKE.search(value):
         return "像一个 API Key（没有打印它）", f"OPENAI_API_KEY 和 {name} 可能填反了：key 只放前者"
     if odd and name != "OPENAI_MODEL":  # 模型名可以不是 ASCII；地址、key、数字、HTTP 头里的值不行
         char, position = value[odd[0]], odd[0] + 1

@@ -280,6 +280,15 @@ def test_a_swapped_key_and_url_never_print_the_key(run, server):
     assert "OPENAI_BASE_URL" in result.err and "填反" in result.err
 
 
+def test_an_address_with_an_account_id_in_its_path_is_not_taken_for_a_key(run, env, server):
+    # Cloudflare Workers AI: https://api.cloudflare.com/client/v4/accounts/{account_id}/ai/v1
+    # (developers.cloudflare.com/workers-ai/configuration/open-ai-compatibility, no date); the id
+    # is 32 hex digits. A valid address: the request is sent, whatever the server then answers.
+    path = "/client/v4/accounts/023e105f4ecef8ad9ca31a8372d0c353/ai/v1"
+    result = run([], {**env, "OPENAI_BASE_URL": f"http://127.0.0.1:{server.port}{path}"})
+    assert result.code != 2 and server.requests, result.err
+
+
 # ---------------------------------------------------------------------------
 # Arguments
 # ---------------------------------------------------------------------------

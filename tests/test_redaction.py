@@ -173,14 +173,14 @@ def local(net):
 NOT_PRINTED = "不可用：像一个 API Key（没有打印它）"
 
 
-def refused_by_check(name, how="whole", config=None):
-    """The secret in a variable check_variable refuses (KEY_LIKE): a config error, nothing else.
-    `config` builds the value (default: the secret is the whole value)."""
+def refused_by_check(name, how="whole", config=None, says=NOT_PRINTED):
+    """The secret in a variable check_variable refuses: a config error, nothing else. `config`
+    builds the value (default: the secret is the whole value); `says` is the mistake named."""
     return Placement(
         f"{name}-{how}",
         env=None,
         config=config or (lambda s, n: {name: s}),
-        config_says=f"{name} {NOT_PRINTED}",
+        config_says=f"{name} {says}",
     )
 
 
@@ -238,11 +238,13 @@ PLACEMENTS = [
         "OPENAI_BASE_URL",
         how="query",
         config=lambda s, n: {"OPENAI_BASE_URL": f"{local(n)}?key={s}"},
+        says="不可用：地址里不能带 ?查询参数",  # a key inside an address: the query is the mistake
     ),
     refused_by_check(
         "OPENAI_BASE_URL",
         how="password",
         config=lambda s, n: {"OPENAI_BASE_URL": f"{with_password(s, n.server)}/v1"},
+        says="不可用：地址里不能写用户名或密码",
     ),
     Placement(  # not KEY_LIKE, so echoed: masked as userinfo
         "OPENAI_BASE_URL-plain-password",
