@@ -7,8 +7,9 @@
 课文例子里的一次 Turn（从提问到最终回答）有四条消息，多几次调用就多几条：
 user -> assistant(tool_calls) -> tool(tool_call_id, result) -> assistant(final)
 
-第一部分是课文（§1–§7，编号与课文相同），第二部分是自检和 --demo（没有 API Key 也能看 Loop
-真跑一遍），第三部分收着真实世界需要、却不是本课主题的防护。读到第三部分之前，整课就已读完。
+第一部分是课文（§1–§7，编号与课文相同），每条规则和它防的是什么都写在这里；第二部分是自检和
+--demo（没有 API Key 也能看 Loop 真跑一遍）；第三部分是附录，只替第一部分格式化文字、判定细节、
+诊断真实世界的失败（读响应的字节、翻译请求失败、检查环境变量、安全地打印）。
 """
 
 from __future__ import annotations
@@ -48,12 +49,11 @@ MAX_ABS_VALUE = 1_000_000
 
 
 def multiply(a: int, b: int) -> int:
-    """两个整数相乘；拒绝 bool、小数、字符串和超出范围的值。"""
+    """两个整数相乘；拒绝 bool、小数、字符串和超出范围的值，错误里写着收到的值本身。"""
     for name, value in (("a", a), ("b", b)):
         # bool 是 int 的子类（isinstance(True, int) 为真）：不先排除，True 会被悄悄当成 1
         if isinstance(value, bool) or not isinstance(value, int):
-            received = clip(json.dumps(value, ensure_ascii=False, default=repr), 60)
-            raise ValueError(f"{name} 必须是整数，收到的是{json_type_name(value)} {received}")
+            raise ValueError(f"{name} 必须是整数，收到的是 {value!r}")
         if abs(value) > MAX_ABS_VALUE:
             raise ValueError(f"{name} 的绝对值不能超过 {MAX_ABS_VALUE}")
     return a * b
@@ -77,22 +77,23 @@ TOOLS = [
         },
     }
 ]
-MAX_ARGUMENTS_CHARS = 1_000  # 合法参数不到 40 个字符；上限挡住超长数字与深嵌套
+# 合法的参数不到 40 个字符。上限远低于 JSON 解析器能嵌套的深度（约 1000 层）：再深的嵌套也只是
+# 一个普通的解析错误；错误信息里引用的值也因此有界。
+MAX_ARGUMENTS_CHARS = 200
 
 
 def reject_duplicate_keys(pairs: list) -> dict:
     """json.loads 默认留下最后一个重复键；{"a":1,"a":248} 有歧义，直接拒绝。"""
     keys = [key for key, _ in pairs]
-    repeated = sorted({key for key in keys if keys.count(key) > 1})
-    if repeated:
-        raise ValueError(f"工具参数有重复的键：{clip(repeated, 80)}")
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"工具参数有重复的键：{keys!r}")
     return dict(pairs)
 
 
 def parse_arguments(arguments: object) -> dict:
     """把 arguments 字符串解析成 JSON 对象；不替模型转换类型，也不猜重复键的意思。"""
     if not isinstance(arguments, str):
-        raise ValueError(f"工具参数必须是 JSON 字符串，收到的是{json_type_name(arguments)}")
+        raise ValueError(f"工具参数必须是 JSON 字符串，不是 {type(arguments).__name__}")
     if not arguments.strip():
         raise ValueError("工具参数为空，multiply 需要 a 和 b")
     if len(arguments) > MAX_ARGUMENTS_CHARS:
@@ -113,12 +114,12 @@ def execute_tool(tool_call: object) -> str:
         function = getattr(tool_call, "function", None)
         name = getattr(function, "name", None)
         if name != "multiply":
-            raise ValueError(f"未知工具：{clip(name, 60)}")
+            raise ValueError(f"未知工具：{name}")
         arguments = parse_arguments(getattr(function, "arguments", None))
         if set(arguments) != {"a", "b"}:
-            raise ValueError(f"multiply 只接受 a 和 b，收到的键：{clip(sorted(arguments), 80)}")
+            raise ValueError(f"multiply 只接受 a 和 b，收到的键：{sorted(arguments)!r}")
         payload = {"status": "completed", "result": multiply(arguments["a"], arguments["b"])}
-    except (ValueError, RecursionError) as error:
+    except ValueError as error:
         payload = {"status": "error", "message": str(error)}
     # 紧凑写法：课文的步骤行打印的就是它，不带空格
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
@@ -132,70 +133,27 @@ MAX_STEPS = 8
 MAX_TOOL_CALLS = 32  # 失常的响应不该触发无界的工作；真实 Provider 的并行调用远少于此
 # 停下时报告点名的四环。§6 的调用链还有 Router 与 Tool：它们的错误不停 Loop，交回模型
 HARNESS, SDK_NETWORK, PROVIDER, MODEL = "Harness", "SDK/网络", "Provider", "Model"
+HINT_ENDPOINT = "这个端点的响应与 OpenAI 协议不一致，Harness 不会替它猜；换模型或端点再试"
 
 
 class AgentStop(Exception):
-    """Loop 停下的唯一方式：请求失败、配置有错、到了上限，或协议状态不可信（缺 id、调用被截断）。
-    参数填错是数据，交回模型。带着失败的一环、原因和建议；步数与最后的成功事件由 Trail 补上。"""
+    """Loop 停下：带着失败的一环、原因和建议（第几步、被拒收的响应由 run_agent 补上）。全部停法：
+    请求失败或配置有错；响应读不了；有调用却没正常结束；缺 id、id 重复；调用太多；stop 却不是回答
+    （拒答、空回答、写成文字的调用）；length、content_filter 等；超过 MAX_STEPS。参数填错不停。"""
 
     def __init__(self, link: str, reason: str, hint: str, exit_code: int = EXIT_STOPPED):
         super().__init__(reason)
         self.link, self.reason, self.hint, self.exit_code = link, reason, hint, exit_code
-        self.step, self.last_ok, self.refused = None, "", None
+        self.step, self.refused = None, None
 
 
-class Trail:
-    """只为失败报告记账：第几步、最后一个成功事件、还没写进历史的响应；AgentStop 带走这三样。"""
-
-    step, last_ok, pending = 0, "Harness 已就绪，user 消息已写入历史", None
-
-    def __enter__(self) -> Trail:
-        return self
-
-    def __exit__(self, kind: object, stop: object, traceback: object) -> None:
-        if isinstance(stop, AgentStop):
-            stop.step, stop.last_ok, stop.refused = self.step, self.last_ok, self.pending
-
-
-# finish_reason 说的是 Provider 为什么停止生成。一个 Tool Call 只有在生成自然结束时才可信：
-# tool_calls（停下来等工具结果），或 stop（OpenAI 在 tool_choice 指定函数时就这样回，Gemini、
-# SGLang 也常见）。被截断或过滤的生成（length、content_filter，以及任何未知的值）里，arguments
-# 可能只写了一半：一个都不执行，也不当成 Final。finish_reason 的规则与课文片段只差在 stop：课文要求
-# 调用配 tool_calls；这里 stop 也照常执行，因为它同样是自然结束，调用照样要过 id 和 Router 的检查。
-HINT_ENDPOINT = "这个端点的响应与 OpenAI 协议不一致，Harness 不会替它猜；换模型或端点再试"
-HINT_LENGTH = (
-    "输出上限或上下文窗口：调大 max_tokens（llama-server 的 -n/--n-predict，Ollama 的 "
-    "num_predict），或换上下文更大的模型、缩短问题"
-)
-HINT_POLICY = "换一种问法，或查看 Provider 的内容策略"
-FINISH_REASONS = {  # Loop 不接受的结束 -> (失败的一环, 含义, 建议)；不在表里的值一律当作未知
-    "length": (MODEL, "输出达到 Token 上限被截断", HINT_LENGTH),
-    "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_POLICY),
-    "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
-    "function_call": (PROVIDER, "OpenAI 已弃用的旧 functions 协议", HINT_ENDPOINT),
-    "sensitive": (PROVIDER, "内容被 Provider 的安全审核拦下（智谱）", HINT_POLICY),
-    "network_error": (PROVIDER, "Provider 的推理服务出错（智谱）", "稍后再试；一直如此就换模型"),
-}
-HINT_MAX_STEPS = "模型一直在调用工具；检查问题、模型能力，以及工具错误是否反复出现"
-HINT_TOO_MANY = f"上限是 {MAX_TOOL_CALLS}，一个都没执行；这个端点或模型的输出不正常，换一个再试"
-HINT_EMPTY_ANSWER = "再问一次；仍为空就换更大的模型，或确认端点支持 Tool Calling"
-HINT_CALL_AS_TEXT = (
-    "让服务端把调用解析成 tool_calls：vLLM、SGLang 开 tool-call parser；llama.cpp 加 --jinja，"
-    "模板要教对格式（Qwen2.5-Coder 用 templates/qwen2.5-coder-tools.jinja）；Ollama 选带 tools 的"
-)
-
-
-def unnatural_end(finish_reason: object, with_tool_calls: bool) -> AgentStop:
-    """finish_reason 不是自然结束时的 AgentStop：说出它的含义；有调用时说明一个都没执行。"""
-    unknown = (PROVIDER, "不是 OpenAI 协议中的值", HINT_ENDPOINT)
-    link, meaning, hint = FINISH_REASONS.get(str(finish_reason), unknown)  # 值也可能是 [] 或 {}
-    shown = clip(json.dumps(finish_reason, ensure_ascii=False, default=repr), 40)
-    if with_tool_calls:
-        what = f"有 Tool Call，但 finish_reason={shown}（{meaning}）：不可信，一个工具都没执行"
-    else:
-        what = f"模型没有正常结束：finish_reason={shown}（{meaning}），不能当成最终回答"
-    return AgentStop(link, what, hint)
-
+# finish_reason 说的是 Provider 为什么停止生成，与 message.tool_calls 同属一个 choice，两者要一致。
+# length 是输出到了 Token 上限、被截断；content_filter 是被 Provider 过滤：消息可能只写了一半，
+# 调用一个都不执行，文字也不当成 Final；不认识的值同样如此。有调用时课文只认 tool_calls，这里也认
+# stop，是唯一一处有意的不同：有的端点对本课这种没发 tool_choice 的请求，就在写完整的调用旁回 stop
+# （Google 的 OpenAI 兼容端点：microsoft/autogen#4878；经 OpenRouter 的 Qwen 与 Gemini 3：
+# OpenRouterTeam/openrouter-examples-python#4、ai-sdk-provider#288；OpenAI：ENTERPILOT/GoModel#124）
+# stop 同样是自然结束；这样的调用照样要过 id 和 Router 的检查。
 
 # 回传什么：课文的 role、content、tool_calls，外加 Provider 自己的不透明字段（推理、签名）。后者它
 # 要原样收回才能接着这一轮，否则回 HTTP 400；别的私有字段它不认，带回去反而可能被拒。都不打印。
@@ -210,7 +168,7 @@ def provider_owned(source: object, names: tuple) -> dict:
 
 def assistant_message_from_api(message: object) -> dict:
     """要存进历史的 assistant 消息：role、content、原样的 tool_calls，加上 Provider 要的字段。"""
-    # null 与 "" 都合乎 OpenAI 协议，但 Ollama、旧版 LM Studio 拒收 null
+    # null 与 "" 都合乎 OpenAI 协议，但 Ollama、旧版 LM Studio 拒收 null，llama-cpp-python 回 500
     saved = {"role": "assistant", "content": message.content or ""}
     if message.tool_calls:
         saved["tool_calls"] = [
@@ -225,30 +183,18 @@ def assistant_message_from_api(message: object) -> dict:
     return {**saved, **provider_owned(message, ECHOED_MESSAGE_FIELDS)}
 
 
-def without_reasoning(text: str) -> str:
-    """去掉开头的推理块 <think>…</think>（可以连着几块；模板把 <think> 写进提示时只剩 …</think>）。
-    推理不是回答：原样留在历史里，但不打印。推理没写完（只有 <think>）就整段都是推理。"""
-    rest = text.lstrip()
-    while True:
-        block, end, after = rest.partition("</think>")
-        inside = block[len("<think>") :] if block.startswith("<think>") else block
-        if not end or "<think>" in inside:  # 没有结束标签，或这一段不是一个推理块
-            break
-        rest = after.lstrip()
-    return "" if rest.startswith("<think>") else rest
-
-
 def final_answer(message: object) -> str:
-    """finish_reason=stop 也可能不是回答：拒答、空回答、把工具调用写成了文字。返回要打印的回答。"""
+    """finish_reason=stop 也可能不是回答，三种都停下：拒答；空回答（课文片段用 content or "" 收下
+    了空串，这里不收：空串不是回答）；整段其实是一个写成文字的调用（端点没把它解析成 tool_calls；
+    从不从文字里解析、执行，那是替它猜）。返回要打印的回答：开头的推理块不是回答，不打印。"""
     if getattr(message, "refusal", None):
-        raise AgentStop(MODEL, f"模型拒绝回答：{clip(message.refusal)}", HINT_POLICY)
-    text = without_reasoning(text_of(message.content))  # content 也可以是一串文本片段
+        hint = "换一种问法，或查看 Provider 的内容策略"
+        raise AgentStop(MODEL, f"模型拒绝回答：{clip(message.refusal)}", hint)
+    text = answer_text(message.content)
     if not any(char.isprintable() and not char.isspace() for char in text):  # 零宽字符也看不见
-        raise AgentStop(MODEL, "模型返回了空回答", HINT_EMPTY_ANSWER)
-    # 整段就是一个调用：端点没把它解析成 tool_calls。只报告，从不从文字里解析、执行（那是替它猜）
-    if looks_like_tool_call_text(text):
-        what = f"模型把调用写成了文字，端点没有把它变成 tool_calls：{clip(text, 120)}"
-        raise AgentStop(PROVIDER, what, HINT_CALL_AS_TEXT)
+        hint = "再问一次；仍为空就换更大的模型，或确认端点支持 Tool Calling"
+        raise AgentStop(MODEL, "模型返回了空回答", hint)
+    reject_call_written_as_text(text)  # 停下时建议里写着该让服务端打开的解析开关
     return text
 
 
@@ -257,42 +203,45 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
     与课文片段不同，响应要通过全部检查才写进历史（课文先写）：被拒收的响应不会混进会话。"""
     messages = [] if messages is None else messages
     messages.append({"role": "user", "content": user_text})
-    with Trail() as trail:
-        for step in range(1, MAX_STEPS + 1):
-            trail.step = step
-            # 连不上、超时、HTTP 错误：第三部分的 make_client 给的客户端把它们翻译成 AgentStop
+    for step in range(1, MAX_STEPS + 1):
+        response = None  # 收到了、却没写进历史就停下时，它就是报告里“被拒收的响应”
+        try:
+            # 连不上、超时、HTTP 错误、读不懂的响应体：第三部分的客户端把它们变成 AgentStop
             response = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
-            trail.last_ok = f"step {step}: 收到响应"
-            trail.pending = response  # 通过全部检查、写进历史之前，它都是“被拒收的那条响应”
-            check_response_shape(response)  # 没有 choices[0]、字段不是能原样回传的文本：停下
+            # 没有 choices[0]，或要写进历史的字段不能照原样发回：读下去就是在猜，停下并点名字段
+            check_response_shape(response)
             choice = response.choices[0]
             message = choice.message
             print(f"step {step}: finish_reason={shown_value(choice.finish_reason)}")
             reply = assistant_message_from_api(message)
             if message.tool_calls:
                 if choice.finish_reason not in ("tool_calls", "stop"):
-                    raise unnatural_end(choice.finish_reason, with_tool_calls=True)
+                    raise finish_reason_stop(choice.finish_reason, with_tool_calls=True)
                 ids = [getattr(call, "id", None) for call in message.tool_calls]
                 if not all(ids) or len(set(ids)) < len(ids):  # 缺 id 或重复，结果就无法配对
                     raise AgentStop(PROVIDER, "Tool Call 缺少 id 或 id 重复", HINT_ENDPOINT)
                 if len(ids) > MAX_TOOL_CALLS:
-                    raise AgentStop(HARNESS, f"一次要执行 {len(ids)} 个调用", HINT_TOO_MANY)
+                    hint = f"上限是 {MAX_TOOL_CALLS}，一个都没执行；这个端点或模型的输出不正常"
+                    raise AgentStop(HARNESS, f"一次要执行 {len(ids)} 个调用", hint)
                 messages.append(reply)  # 先存 assistant：每条 Tool Result 都要回答历史里已有的调用
-                trail.pending = None  # 已写进历史：之后再失败，报告里就没有“被拒收的响应”
                 for call in message.tool_calls:
                     result = execute_tool(call)
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-                    name = clip(call.function.name, 60)
-                    shown_id = clip(call.id, 80)
+                    name, shown_id = clip(call.function.name, 60), clip(call.id, 80)
                     print(f"step {step}: {name} call_id={shown_id} result={result}")
-                    trail.last_ok = f"step {step}: {shown_id} 的 Tool Result 已写入历史"
                 continue
             if choice.finish_reason == "stop":
                 answer = final_answer(message)  # stop 也可能不是回答：拒答、空回答、写成文字的调用
                 messages.append(reply)
                 return answer
-            raise unnatural_end(choice.finish_reason, with_tool_calls=False)  # length 不是 Final
-        raise AgentStop(HARNESS, f"超过最大步骤数：{MAX_STEPS}", HINT_MAX_STEPS)
+            raise finish_reason_stop(
+                choice.finish_reason, with_tool_calls=False
+            )  # length 不是 Final
+        except AgentStop as stop:  # 唯一记账的一处：停在第几步，被拒收的是哪条响应
+            stop.step, stop.refused = step, response
+            raise
+    hint = "模型一直在调用工具；检查问题、模型能力，以及工具错误是否反复出现"
+    raise AgentStop(HARNESS, f"超过最大步骤数：{MAX_STEPS}", hint)
 
 
 # ---- §5 tool_call_id 为什么不能丢 ----
@@ -303,10 +252,10 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
 
 # ---- §6 运行与自检 ----
 # --self-check 用假的响应只验证本地代码（Router、参数校验、id 配对、控制流），证明不了 key、端点、
-# 模型对不对。在线运行必须设 OPENAI_API_KEY 和 OPENAI_MODEL；接第三方端点或本机服务再设
-# OPENAI_BASE_URL（可选的变量见 README）。出错时沿调用链 Harness → SDK/网络 → Provider → Model →
-# Assistant(tool_calls) → Router → Tool 找最后一个成功事件（last_ok）和失败的一环（link）：第一次
-# 请求就收到“不支持 tools”，multiply 还没运行过，该查的是模型能力、模型名、接口路径和端点。
+# 模型对不对。在线运行要设 OPENAI_API_KEY、OPENAI_MODEL，第三方端点再设 OPENAI_BASE_URL。出错时
+# 沿调用链 Harness → SDK/网络 → Provider → Model → Assistant(tool_calls) → Router → Tool 找最后一个
+# 成功事件和失败的一环（报告的两行写着它们）：第一次请求就收到“不支持 tools”，multiply 还没运行过，
+# 该查的是模型能力、模型名、接口路径和端点，不是工具。
 
 
 # ---- §7 下一课从哪里接上 ----
@@ -338,8 +287,7 @@ def fake_response(finish_reason: object, content: object = None, tool_calls: obj
     return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason=finish_reason)])
 
 
-def fake_turn(call_id: str, arguments: str = '{"a":248,"b":15}') -> object:
-    """模型要调用一次 multiply 的响应。"""
+def fake_turn(call_id: str, arguments: str = '{"a":248,"b":15}') -> object:  # 调用一次 multiply
     return fake_response("tool_calls", tool_calls=[fake_call(call_id, arguments)])
 
 
@@ -351,7 +299,7 @@ class FakeClient:
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
 
     def create(self, **request: object) -> object:
-        self.requests.append(json.loads(json.dumps(request)))
+        self.requests.append(json.loads(request_bytes(request)))  # 照 SDK 的序列化拍下这一刻
         expect(self.responses, f"预设的响应用完了：Loop 发出了第 {len(self.requests)} 次请求")
         return self.responses.pop(0)
 
@@ -407,6 +355,8 @@ def check_happy_path() -> None:
     expect(sent == want, f"第二次请求应带 call_1 的结果 3720，实际 {sent}")
     roles = [m["role"] for m in messages]
     expect(roles == ["user", "assistant", "tool", "assistant"], f"消息序列不对：{roles}")
+    kept = messages[1]["content"]  # 存成 null：Ollama 拒收，llama-cpp-python 回 HTTP 500
+    expect(kept == "", f"调用旁的 content 应存成空串，实际 {kept!r}")
     call_line = f"step 1: multiply call_id=call_1 result={RESULT_3720}"
     article = ["step 1: finish_reason=tool_calls", call_line, "step 2: finish_reason=stop"]
     expect(lines == article, f"步骤行与课文不同：{lines}")
@@ -525,7 +475,7 @@ def demo() -> int:
             try:
                 print("Agent> " + run_agent(client, "demo", question, messages))
             except AgentStop as stop:
-                report(stop, {}, file=sys.stdout)
+                report(stop, {}, messages, file=sys.stdout)
         if number == 1:  # 课文的一轮：四条消息
             print(json.dumps(messages, ensure_ascii=False, indent=2))
         if number == len(scenes):  # 同一个列表里的两轮 Turn，一条消息一行
@@ -539,18 +489,12 @@ def demo() -> int:
 
 
 # ======================== 第三部分：附录——真实世界的防护 ========================
-# 五套机制，各在自己的横幅下，横幅写着它的规则：文字与 redact()、响应、请求失败、环境、命令行。
+# 每一节是一套机制，横幅写着它的规则。规则的含义都在第一部分；这里只格式化、判定细节、诊断。
 
-# ---- 文字：外来的值变成有界的一行；给人看之前一律经过 redact() ----
-# 能操纵终端的字符：C0（换行、制表符除外）、DEL、C1（如 U+009B CSI）、双向文字控制符
+# ---- 文字：外来的值变成有界的一行；只显示课文讲到的字段；秘密只经过一道遮罩 ----
 TERMINAL_UNSAFE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-NEVER_SHOWN = (*ECHOED_MESSAGE_FIELDS, *ECHOED_CALL_FIELDS, "reasoning", "thinking")
-MISSING = "（缺失）"
-
-
-def json_type_name(value: object) -> str:  # 错误交回模型：说 JSON 的类型名，不说 Python 的
-    names = {bool: "布尔值", float: "小数", str: "字符串", dict: "对象", list: "数组"}
-    return "空值 null" if value is None else names.get(type(value), f"「{type(value).__name__}」")
+SHOWN = {"role", "content", "text", "tool_calls", "tool_call_id", "id", "type", "function", "name"}
+SHOWN |= {"arguments", "choices", "message", "finish_reason"}  # 课文讲到的字段：一份允许名单
 
 
 def clip(value: object, limit: int = 200) -> str:
@@ -565,97 +509,89 @@ def shown_value(value: object) -> str:
     return clip(value if isinstance(value, str) and value else json.dumps(value, default=repr), 40)
 
 
-def is_text(value: object) -> bool:
-    """是能按 UTF-8 原样发回去的字符串；JSON 里的孤立代理字符（如 \\ud800）做不到。"""
-    return isinstance(value, str) and value.encode("utf-8", "replace").decode() == value
+def answer_text(content: object) -> str:
+    """要打印的回答：text 片段连起来（thinking 片段是推理），去掉开头的推理块。"""
+    parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+    return without_reasoning("".join(p["text"] or "" for p in parts if p["type"] == "text"))
 
 
-def content_parts(content: object) -> list:
-    """content 的各段：字符串（或 null）算一个 text 片段，列表就是它自己的片段。"""
-    return content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+def without_reasoning(text: str) -> str:
+    """去掉开头的推理块 <think>…</think>，可以连着几块；模板把 <think> 放进提示时只剩 …</think>。
+    推理没写完（只有 <think>）就整段都是推理。"""
+    rest = re.sub(r"^(?:(?:<think>)?(?:(?!<think>).)*?</think>\s*)+", "", text.lstrip(), flags=re.S)
+    return "" if rest.startswith("<think>") else rest
 
 
-def text_of(content: object) -> str:
-    """content 里 text 片段的文字（thinking 片段是推理）；形状已由 field_problem 查过。"""
-    return "".join(part["text"] for part in content_parts(content) if part["type"] == "text")
-
-
-def provider_text(body: object) -> str:
-    """Provider 的原话：拆开 [...]、{"error": ...} 和 OpenRouter 的 metadata.raw；网页取标题。"""
-    body = body[0] if isinstance(body, list) and body else body  # Gemini 把错误包在列表里
-    if isinstance(body, dict):
-        inner = body.get("error", body.get("errors", body))  # 魔搭的 429 用 "errors"
-        if not isinstance(inner, dict):
-            return clip(inner)
-        said = clip(inner.get("message") or inner)
-        metadata = inner.get("metadata")
-        raw = metadata.get("raw") if isinstance(metadata, dict) else None
-        try:  # noqa: SIM105  raw 常是一段 JSON 文本，也可能只是文字
-            raw = json.loads(raw)
-        except (TypeError, ValueError, RecursionError):
-            pass
-        return clip(f"{said}：{provider_text(raw)}") if raw else said
-    if not isinstance(body, str):
-        return clip(body)
-    head = body[:4000] + ("…" if len(body) > 4000 else "")  # 只看开头：找标题的工作量有上限
-    title = re.search(r"(?is)<title>(.*?)(?:</title>|$)", head)
-    page = title[1] if title else head
-    text = " ".join(re.sub(r"<[^<>]*(>|$)", " ", page).replace("<", " ").split())
-    if text or not body.strip():
-        return clip(text) or "（空响应体）"
-    return f"（{len(body)} 个字符的响应体里没有可读的文字）"
-
-
-def redact(text: str, secrets: set) -> str:
-    """给人看之前的唯一一道关：秘密的各种写法、地址里的 用户名:密码@ 都换成 ***；控制字符转义。"""
-    from urllib.parse import quote
-
-    for secret in sorted(secrets, key=len, reverse=True):
-        forms = {quote(secret), quote(secret, safe=""), clip(secret, 10**9)}
-        for _ in range(4):  # JSON 字符串里的 JSON（如 arguments）每套一层就多转义一次
-            forms.add(secret)
-            secret = json.dumps(secret)[1:-1]
-        for form in forms:
-            text = text.replace(form, "***")
-            for size in range(len(form) - 1, 7, -1):  # 从长到短：半个 key 也是泄露
-                text = text.replace(form[:size] + "…", "***…")
-    text = re.sub(r"\b([A-Za-z][\w+.-]*://)[^\s/@]+@", r"\1***@", text)
-    return re.sub(TERMINAL_UNSAFE, lambda match: f"\\u{ord(match[0]):04x}", text)
+def as_json(value: object) -> str:
+    """印给人看的 JSON：SDK 的对象、自检的 SimpleNamespace 先变成 dict 与 list。"""
+    fields = lambda o: o.to_dict(warnings=False) if hasattr(o, "to_dict") else vars(o)  # noqa: E731
+    plain = json.loads(json.dumps(value, default=fields))
+    return json.dumps(for_display(plain), ensure_ascii=False, indent=2)
 
 
 def for_display(value: object, key: str = "") -> object:
-    """给人看的历史或响应：推理和签名只写“（已省略）”，content 开头的推理块也一样。"""
-    if isinstance(value, (list, dict)):
-        pairs = value.items() if isinstance(value, dict) else enumerate(value)
-        tidy = {k: "（已省略）" if k in NEVER_SHOWN else for_display(v, k) for k, v in pairs}
-        return tidy if isinstance(value, dict) else list(tidy.values())
+    """课文讲到的字段照常显示，别的（推理、签名、用量……）写成“（已省略）”；开头的推理块也一样。"""
+    if isinstance(value, dict):
+        return {k: for_display(v, k) if k in SHOWN else "（已省略）" for k, v in value.items()}
+    if isinstance(value, list):
+        return [for_display(item, key) for item in value]
     if key == "content" and isinstance(value, str) and without_reasoning(value) != value.lstrip():
         return "<think>（已省略）</think>" + without_reasoning(value)
     return value
 
 
-def plain(value: object) -> object:
-    """SDK 的响应对象、自检的 SimpleNamespace 变成 dict 与 list；类型不对的字段也照样交出来。"""
-    fields = lambda o: o.to_dict(warnings=False) if hasattr(o, "to_dict") else vars(o)  # noqa: E731
-    return json.loads(json.dumps(value, default=fields))
+def secrets_in(environment: dict) -> set:
+    """要遮住的：8 个字符以上的 OPENAI_API_KEY（更短的多是 local 这样的占位符）、变量里像 key 的
+    一段、地址里的 用户名:密码 和 8 个字符以上的密码。"""
+    key = environment.get("OPENAI_API_KEY", "").strip()
+    found = {key} if len(key) >= 8 else set()
+    for value in environment.values():
+        found.update(KEY_LIKE.findall(value))
+        for info in re.findall(r"(?s)^\s*(?:[A-Za-z][\w+.-]*:/*)?(.+)@", value):  # 到最后的 @
+            found.update(s for s in (info, info.partition(":")[2]) if len(s) >= 8 or s == info)
+    return found
 
 
-def as_json(value: object) -> str:
-    """印给人看的 JSON：推理和签名照 for_display() 省略。"""
-    return json.dumps(for_display(plain(value)), ensure_ascii=False, indent=2)
+def secret_mask(secrets: set) -> object:
+    """唯一的遮罩（返回做这件事的函数）：秘密的任何写法（原样、折成一行、JSON 转义、大小写两种
+    %-转义）整段换成 ***；从某种写法的前 8 个字符起、连着秘密所用字符的一段（被人截断了的、又转义
+    了一层的）也换成 ***。任何地址里的 用户名:密码@ 换成 ***@，能操纵终端的字符写成 \\uXXXX。"""
+    from urllib.parse import quote
+
+    forms = set()
+    for secret in secrets:
+        escaped = quote(secret, safe="")
+        forms |= {
+            secret,
+            " ".join(secret.split()),
+            escaped,
+            re.sub("%..", lambda m: m[0].lower(), escaped),
+        }
+        forms |= {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+    whole = "|".join(map(re.escape, sorted(forms, key=len, reverse=True)))
+    starts = "|".join({re.escape(form[:8]) for form in forms if len(form) >= 8})
+    run = f"(?:{starts})[{re.escape(''.join(set(''.join(forms))))}]*" if starts else ""
+    secret = re.compile("|".join(filter(None, (whole, run))) or r"(?!)")
+
+    def mask(text: str) -> str:
+        text = re.sub(r"\b([A-Za-z][\w+.-]*://)[^\s/@]+@", r"\1***@", secret.sub("***", text))
+        return re.sub(TERMINAL_UNSAFE, lambda match: f"\\u{ord(match[0]):04x}", text)
+
+    return mask
 
 
 class SafeOutput:
-    """包住 stdout/stderr：每个字先过 redact()；写不出去（管道关了、磁盘满了）就记下来。"""
+    """包住 stdout/stderr：每个字先过遮罩；写不出去（管道关了、磁盘满了）就记下来。"""
 
-    def __init__(self, stream: object, secrets: set, flush_first: object = None):
-        self.stream, self.secrets, self.flush_first = stream, secrets, flush_first
-        self.failed, self.status_width = stream is None, 0
+    def __init__(self, stream: object, mask: object, flush_first: object = None, dumb=False):
+        self.stream, self.mask, self.flush_first = stream, mask, flush_first
+        self.failed, self.status_width, self.waits = stream is None, 0, 0
+        self.erasable = not dumb and getattr(stream, "isatty", bool)()  # TERM=dumb 不认 \r
 
     def write(self, text: str) -> int:
-        self.status("")  # 临时状态行先擦掉，再写真正的输出
+        self.status("")
         getattr(self.flush_first, "flush", bool)()  # 先冲刷 stdout：2>&1 | tee 时行的先后才对
-        text = redact(text.replace("\r\n", "\n"), self.secrets)  # 单独的 \r 才转义
+        text = self.mask(text.replace("\r\n", "\n"))  # 单独的 \r 才转义
         encoding = getattr(self.stream, "encoding", None) or "utf-8"
         self._try("write", text.encode(encoding, "backslashreplace").decode(encoding))
         return len(text)
@@ -664,8 +600,12 @@ class SafeOutput:
         self._try("flush")
 
     def status(self, text: str) -> None:
-        """终端上的一行临时状态，下一次调用（空串）擦掉它；不是终端就什么都不写。"""
-        if getattr(self.stream, "isatty", bool)() and (text or self.status_width):
+        """等待时每秒一次的进度：终端上是一行临时状态，下一次输出前擦掉；接到文件、管道或不认 \r
+        的终端时，每 10 次才写成一行，看得出是慢还是卡住了。"""
+        self.waits = self.waits + 1 if text else 0
+        if not self.erasable and self.waits and self.waits % 10 == 0:
+            self._try("write", text + "\n")
+        if self.erasable and (text or self.status_width):
             self._try("write", "\r" + " " * self.status_width + "\r" + text)
             self._try("flush")
             self.status_width = 2 * len(text)  # 中文字在终端里占两格
@@ -678,73 +618,151 @@ class SafeOutput:
             self.failed = True
 
 
-# ---- 响应：形状说不通就停下并点名字段；认出整段就是一个调用的“回答” ----
+# ---- 响应：字节在一处变成响应；形状不合协议、要发回的字段发不回去，就停下并点名 ----
+def request_bytes(value: object) -> bytes:
+    """SDK 发请求时的序列化（严格 JSON、UTF-8）：NaN、孤立的代理字符在这里就抛 ValueError。"""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def read_response(body: bytes) -> object:
+    """HTTP 200 的字节在这里变成 SDK 的响应对象；不是要的 JSON，就说出它是什么（退出码 3）。"""
+    from openai.types.chat import ChatCompletion
+
+    start = body.lstrip()[:6]
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as error:  # 例如 GBK 编码的 JSON，或没有声明的压缩数据
+        what = f"不是 UTF-8 文本（第 {error.start + 1} 个字节是 0x{body[error.start]:02x}）"
+    except (ValueError, RecursionError) as error:
+        what = f"不是完整的 JSON（{clip(str(error), 80)}）" if start else "是空的"
+        if start.startswith((b"data:", b"event:")):
+            what = "是事件流（data: …）：端点按流式回答了这个普通请求"
+        if start.startswith(b"<"):
+            what = f"是一张网页：{quoted(body.decode())}"
+    else:
+        if isinstance(data, dict) and "choices" in data:
+            return ChatCompletion.construct(**data)
+        what = f"HTTP 200，响应体里没有 choices：{quoted(data)}"
+        raise provider_stop(what, provider_words(data), 200)
+    hint = HINT_PAGE if "网页" in what else "看服务端日志或中间的网关、代理；一直如此就换端点"
+    raise AgentStop(PROVIDER, f"HTTP 200，但响应体{what}", hint, EXIT_REQUEST_FAILED)
+
+
 def check_response_shape(response: object) -> None:
-    """没有可用的 choices[0]，或字段不能原样回传，就停在这里；HTTP 200 里的错误转述原话。"""
+    """choices[0] 不合 OpenAI 协议的形状，或要写进历史的字段发不回去：停下并点名是哪个字段。"""
     choices = getattr(response, "choices", None)
-    if not isinstance(choices, list) or not choices:  # HTTP 200，却是一张网页或一个错误
-        said = plain(response)
-        said = said[0] if isinstance(said, list) and said else said  # Gemini 的 [{"error": …}]
-        said = said.get("error") if isinstance(said, dict) else said
-        what = f"HTTP 200 里没有回复：{provider_text(said)}" if said else "响应里没有 choices"
-        raise provider_stop(what, None, said, HINT_PAGE if isinstance(said, str) else "")
+    if not isinstance(choices, list) or not choices:
+        raise AgentStop(PROVIDER, "响应里没有 choices", HINT_ENDPOINT)
     said = getattr(choices[0], "error", None)
     if said:  # OpenRouter 把生成途中的错误放在这里
-        what = f"Provider 在 choices[0].error 里报错：{provider_text(said)}"
-        raise provider_stop(what, None, said)
-    problem = field_problem(choices[0], getattr(choices[0], "message", None))
+        what = f"Provider 在 choices[0].error 里报错：{quoted(said)}"
+        raise provider_stop(what, provider_words(said), 200, EXIT_STOPPED)
+    problem = field_problem(getattr(choices[0], "message", None))
     if problem:
         raise AgentStop(PROVIDER, f"响应没法照 OpenAI 协议读：{problem}", HINT_ENDPOINT)
 
 
-def field_problem(choice: object, message: object) -> str:
-    """第一个缺了、或不能原样回传的字段，说出它的名字和值；都没问题时是空串。"""
-    for owner, name in ((choice, "finish_reason"), (message, "content"), (message, "tool_calls")):
-        if not hasattr(owner, name):
-            return f"choices[0] 里没有 {name}"
-    for number, part in enumerate(content_parts(message.content), start=1):
+def field_problem(message: object) -> str:
+    """第一个缺了、类型不对或发不回去的字段，说出它的名字；都没问题是空串。"""
+    if not (hasattr(message, "content") and hasattr(message, "tool_calls")):
+        return "choices[0] 里没有 message"
+    content = message.content
+    parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+    for number, part in enumerate(parts, start=1):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind != "thinking" and not (kind == "text" and is_text(part.get("text"))):
+        text = part.get("text") if kind == "text" else 0
+        if kind != "thinking" and not isinstance(text, (str, type(None))):
             return f"content 的第 {number} 段不是文本：{clip(part, 80)}"
-    if not is_text(getattr(message, "reasoning_content", None) or ""):
-        return "reasoning_content 不是文本"
     if not isinstance(message.tool_calls, (list, type(None))):
-        return f"tool_calls 是{json_type_name(message.tool_calls)}，不是列表"
+        return f"tool_calls 是 {clip(message.tool_calls, 60)}，不是列表"
     for number, call in enumerate(message.tool_calls or [], start=1):
-        function, where = getattr(call, "function", None), f"第 {number} 个 Tool Call 的"
+        where, function = f"第 {number} 个 Tool Call 的", getattr(call, "function", None)
         if getattr(call, "type", None) != "function":
-            return f"{where} type 是 {shown_value(getattr(call, 'type', MISSING))}，不是 function"
+            return f"{where} type 是 {shown_value(getattr(call, 'type', None))}，不是 function"
         for name in ("name", "arguments"):
-            if not is_text(getattr(function, name, None)):
-                return f"{where} function.{name} 是 {shown_value(getattr(function, name, MISSING))}"
-        if not is_text(getattr(call, "id", None) or ""):
-            return f"{where} id 不是文本"
+            if not isinstance(getattr(function, name, None), str):
+                return f"{where} function.{name} 是 {shown_value(getattr(function, name, None))}"
+        if not isinstance(getattr(call, "id", None) or "", str):
+            return f"{where} id 是 {shown_value(call.id)}，不是文本"
+    reply = assistant_message_from_api(message)  # 要写进历史、下次照原样发回的那条消息
+    fields = [(n, v) for n, v in reply.items() if n != "tool_calls"]
+    for number, call in enumerate(reply.get("tool_calls", []), start=1):
+        fields += [(f"第 {number} 个 Tool Call 的 {n}", v) for n, v in call.items()]
+    for name, value in fields:
+        try:
+            request_bytes(value)
+        except (ValueError, TypeError):
+            return f"{name} 不能照原样发回（含 NaN、无穷大或孤立的代理字符）"
     return ""
 
 
-# 整段就是一个调用才算（另有正文就是回答）：推理块已去掉，最多一层代码围栏，结尾的模板标记不算。
-# 模板标记：<|channel|>（gpt-oss 的 Harmony）、<｜tool▁calls▁begin｜>（DeepSeek）、<tool_call> 等
-TEMPLATE_MARKUP = r"<\|[^<>|]{1,40}\|>|<｜[^<>｜]{1,40}｜>|</?tool_call>|\[/?TOOL_CALLS\]"
-TEMPLATE_MARKUP += "|<function="
-NAME_KEYS, ARGUMENT_KEYS = {"name", "tool_name", "function"}, {"arguments", "parameters", "args"}
+# finish_reason 的含义与建议；表外的值原样引用（它也是 Provider 的原话）。智谱的两个值见其 API 参考
+HINT_POLICY = "换一种问法，或查看 Provider 的内容策略"
+HINT_LENGTH = (
+    "输出上限或上下文窗口：调大 max_tokens（llama-server 的 -n/--n-predict，Ollama 的 "
+    "num_predict），或换上下文更大的模型、缩短问题"
+)
+FINISH_REASONS = {
+    "length": (MODEL, "输出达到 Token 上限被截断", HINT_LENGTH),
+    "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_POLICY),
+    "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
+    "function_call": (PROVIDER, "OpenAI 已弃用的旧 functions 协议", HINT_ENDPOINT),
+    "sensitive": (PROVIDER, "内容被 Provider 的安全审核拦下（智谱）", HINT_POLICY),
+    "network_error": (PROVIDER, "Provider 的推理服务出错（智谱）", "稍后再试；一直如此就换模型"),
+}
+
+
+def finish_reason_stop(finish_reason: object, with_tool_calls: bool) -> AgentStop:
+    """finish_reason 不是自然结束时的 AgentStop：说出它的含义；有调用时说明一个都没执行。"""
+    worded = len(re.findall(r"[A-Za-z]+", str(finish_reason))) > 1  # model_context_window_exceeded
+    unknown = (PROVIDER, "不是 OpenAI 协议中的值", HINT_WORDS if worded else HINT_ENDPOINT)
+    link, meaning, hint = FINISH_REASONS.get(str(finish_reason), unknown)  # 值也可能是 [] 或 {}
+    shown = clip(json.dumps(finish_reason, ensure_ascii=False, default=repr), 40)
+    if with_tool_calls:
+        what = f"有 Tool Call，但 finish_reason={shown}（{meaning}）：不可信，一个工具都没执行"
+    else:
+        what = f"模型没有正常结束：finish_reason={shown}（{meaning}），不能当成最终回答"
+    return AgentStop(link, what, hint)
+
+
+# 写成文字的调用，两条规则。一：回答里有聊天模板的控制标记，说明服务端没解析出调用（或漏出
+# 了模板）：<|channel|>（gpt-oss）、<|tool_calls_section_begin|>（Kimi）、<|python_tag|>（Llama）、
+# <｜tool▁calls▁begin｜> 与 <｜DSML｜（DeepSeek），和后面紧跟着调用的 <tool_call>（Qwen、GLM）、
+# <minimax:tool_call>、<function=（Llama 3.1）、[TOOL_CALLS]（Mistral）；末尾的结束记号不算。
+# 二：去掉推理块、一层代码围栏，整段是（或开头就是）写着函数名和参数的 JSON，或所给工具的
+# name(...)。别的都是回答。各家标记的出处见 README。
+TEMPLATE_TOKEN = r"<\|[\w.:-]{1,40}\|>|<｜[^<>｜\n]{1,40}｜>?"
+CALL_TAG = r"(?:<tool_call>|<minimax:tool_call>|<function=|\[TOOL_CALLS\])\s*"
+CALL_TAG += r"(?:[\[{<]|[A-Za-z_][\w.:-]*\n?[<>\[{(])"  # 后面是调用，不是一句提到它的话
+CALL_HEAD = r'\[?\s*\{\s*"(?:name|function)"\s*:\s*"[^"]*"\s*,\s*"(?:arguments|parameters)"\s*:'
+HINT_CALL_AS_TEXT = (
+    "让服务端把调用解析成 tool_calls：vLLM、SGLang 开 tool-call parser；llama.cpp 加 --jinja，"
+    "模板要教对格式（Qwen2.5-Coder 用 templates/qwen2.5-coder-tools.jinja）；Ollama 选带 tools 的"
+)
+
+
+def reject_call_written_as_text(text: str) -> None:
+    """回答其实是一个写成文字的调用（上面的两条规则）时停下；从不从文字里解析、执行它。"""
+    if looks_like_tool_call_text(text):
+        what = f"模型把调用写成了文字，端点没有把它变成 tool_calls：{clip(text, 120)}"
+        raise AgentStop(PROVIDER, what, HINT_CALL_AS_TEXT)
 
 
 def looks_like_tool_call_text(text: str) -> bool:
-    """以模板标记开头；整段是写着函数名和参数的 JSON、Gemma 的 ```tool_code、Llama 的 [f(a=1)]。"""
-    body = re.sub(rf"(?:\s*(?:{TEMPLATE_MARKUP}))+\s*\Z", "", text.strip(), flags=re.I)
-    fence = re.fullmatch(r"(```|~~~)[ \t]*([\w-]*)[ \t]*\n(.*?)\n?[ \t]*\1", body, re.S)
-    if fence and re.fullmatch(r"tool_code|tool_calls?|function_call", fence[2], re.I):
+    body = re.sub(rf"(?:\s*(?:{TEMPLATE_TOKEN}|</tool_call>))+\s*\Z", "", text.strip())
+    if re.search(f"{TEMPLATE_TOKEN}|{CALL_TAG}", body):
         return True
-    body = fence[3].strip() if fence else body
-    if re.match(TEMPLATE_MARKUP, body, re.I):
-        return True
-    if re.fullmatch(r"\[\s*[A-Za-z_]\w*\(\s*\w+\s*=.*\)\s*\]", body, re.S):  # [multiply(a=2, b=3)]
+    fence = re.fullmatch(r"(```|~~~)[ \t]*[\w-]*[ \t]*\n(.*?)\n?[ \t]*\1", body, re.S)
+    body = fence[2].strip() if fence else body
+    offered = "|".join(re.escape(tool["function"]["name"]) for tool in TOOLS)
+    call = rf"(?:{offered})\s*\([^()]*\)"  # Llama 3.2、Gemma 的写法：[multiply(a=2, b=3)]
+    if re.fullmatch(rf"\[?\s*{call}(?:\s*,\s*{call})*\s*\]?", body):
         return True
     braces = len(body) - len(body.lstrip("{"))  # 模板的 {{ }} 漏进回答时，多出的花括号不算
     try:
         value, end = json.JSONDecoder().raw_decode(body, max(braces - 1, 0))
-    except (ValueError, RecursionError):
-        return False
+    except (ValueError, RecursionError):  # 没写完的调用
+        return re.match(CALL_HEAD, body[max(braces - 1, 0) :]) is not None
     if body[end:].strip("} \t\n"):  # JSON 后面还有别的文字：那是回答
         return False
     value = value.get("tool_calls", value) if isinstance(value, dict) and len(value) == 1 else value
@@ -752,359 +770,359 @@ def looks_like_tool_call_text(text: str) -> bool:
 
 
 def is_written_call(value: object) -> bool:
-    """{"name": "multiply", "arguments": {…}}，或 OpenAI 的 {"type": "function", "function": …}。"""
+    """{"name": …, "arguments": {…}}，或 OpenAI 的 {"type": "function", "function": …}。参数是一个
+    JSON Schema（有 properties）的是工具定义，多出 description、result 之类键的也不是调用。"""
     inner = value.get("function") if isinstance(value, dict) else None
     value = inner if isinstance(inner, dict) and set(value) <= {"id", "type", "function"} else value
-    if not isinstance(value, dict) or set(value) - NAME_KEYS - ARGUMENT_KEYS - {"id", "type"}:
-        return False  # 多出 description、result 之类的键：那是工具定义或结果，不是调用
-    names = [value[key] for key in NAME_KEYS & set(value)]
-    arguments = [value[key] for key in ARGUMENT_KEYS & set(value)]
-    if len(names) != 1 or len(arguments) != 1 or not isinstance(names[0], str):
+    names = {"name", "tool_name", "function"} & set(value) if isinstance(value, dict) else set()
+    given = {"arguments", "parameters", "args"} & set(value) if names else set()
+    if len(names) != 1 or len(given) != 1 or len(set(value) - {"id", "type"}) != 2:
         return False
-    shaped = isinstance(arguments[0], dict) or str(arguments[0]).lstrip().startswith("{")
-    return shaped and re.fullmatch(r"[A-Za-z_][\w.-]*", names[0]) is not None
+    name, arguments = value[names.pop()], value[given.pop()]
+    schema = isinstance(arguments, dict) and "properties" in arguments
+    shaped = arguments is None or isinstance(arguments, dict) or str(arguments)[:1] == "{"
+    return isinstance(name, str) and shaped and not schema
 
 
-# ---- 请求失败：只翻译外部世界的失败；先引用 Provider 的原话，只给知道的建议 ----
+# ---- 请求失败：按 SDK 的异常类型和状态码分类；先引用 Provider 的原话，只在说得准时给建议 ----
 HINT_WORDS = "按上面 Provider 的原话处理"
 HINT_KEY = "检查 OPENAI_API_KEY：是否完整、没过期，是否属于 OPENAI_BASE_URL 那家 Provider（和地区）"
 HINT_BALANCE = "余额、额度或免费额度用完了，或账户欠费：到 Provider 控制台充值或开通付费，或换 key"
 HINT_MODEL = "检查 OPENAI_MODEL：与 Provider 模型列表一字不差、账户已开通；经网关时令牌要有权用它"
-HINT_PATH = "再看 OPENAI_BASE_URL 的路径（多以 /v1 结尾；智谱 /api/paas/v4，火山方舟 /api/v3）"
-HINT_RATE = "触发了频率、并发或用量限制：稍等再试；一直如此就查 Provider 控制台里的限额"
+HINT_PATH = "检查 OPENAI_BASE_URL 的路径（多以 /v1 结尾；智谱 /api/paas/v4，火山方舟 /api/v3）"
 HINT_NO_TOOLS = "换支持 tools 的模型或端点（vLLM 开自动工具选择，llama.cpp 加 --jinja）；不用改工具"
 HINT_THINKING = "这个模型思考时只收流式请求，本课发普通请求：换个不思考的模型（README 每家都列了）"
-HINT_ECHO = "脚本已原样带回 Provider 要的推理字段和签名；仍报这个错，多半是中间的网关丢了它们"
-HINT_REGION = "这家 Provider 不向你所在的国家或地区提供服务：换一家（README 里有国内的）"
-HINT_CONTEXT = "超出了模型的上下文或输出长度：缩短问题，或换上下文更大的模型"
+HINT_REGION = "这家 Provider 不向你所在的地区提供服务：换一家（README 里有国内的）"
+HINT_RATE = "触发了频率、并发或用量限制：稍等再试；一直如此就查 Provider 控制台里的限额"
 HINT_PAGE = "OPENAI_BASE_URL 多半指向了网页而不是 API：照 Provider 文档填 API 的地址"
-STATUS_HINTS = {401: HINT_KEY, 402: HINT_BALANCE, 404: f"{HINT_MODEL}；{HINT_PATH}", 429: HINT_RATE}
-# Provider 原话（连同错误码、类型；小写，_ 与 %20 当空格）里认得的字样 -> 失败的一环、建议。
-# 不论状态码，从上往下先命中的算数；每一行的出处见 README 的“Provider 的原话与建议”
-KNOWN_WORDS = [
-    ("does not support tools|param: tools|tool choice requires", MODEL, HINT_NO_TOOLS),
-    ("tools param requires|support tool use|not support function call", MODEL, HINT_NO_TOOLS),
-    ("enable thinking|only support stream", MODEL, HINT_THINKING),
-    ("thought signature|reasoning (content|details)|must be passed back", PROVIDER, HINT_ECHO),
-    ("unsupported country|territory not supported", PROVIDER, HINT_REGION),
-    ("insufficient (balance|quota)|balance is insufficient|current quota", PROVIDER, HINT_BALANCE),
-    ("paid balance|arrearage|overdue|good standing|free tier", PROVIDER, HINT_BALANCE),
-    ("quota is not enough|余额不足|欠费|额度", PROVIDER, HINT_BALANCE),
-    ("incorrect api key|invalid (api.key|authentication|token)|login fail", PROVIDER, HINT_KEY),
-    ("api key is invalid|authentication fail|无效的令牌|身份验证失败", PROVIDER, HINT_KEY),
-    ("token ?(非法|已过期)|令牌已过期", PROVIDER, HINT_KEY),
-    ("model not found|does not exist|模型不存在|not found the model", PROVIDER, HINT_MODEL),
-    ("model [^ ]+ (is )?not supported|无可用渠道|no available channel", PROVIDER, HINT_MODEL),
-    ("无权(使用|访问)模型|not activated the model", PROVIDER, HINT_MODEL),
-    ("context length|maximum context|token limit|too long|超长", MODEL, HINT_CONTEXT),
-    ("input length|exceeds max", MODEL, HINT_CONTEXT),
-    ("rate ?limit|too many requests|throttling|limit requests|request limit", PROVIDER, HINT_RATE),
-    ("usage limit|overloaded|并发|频率|速率限制|访问量过大", PROVIDER, HINT_RATE),
-    ("inappropriate content|data inspection|sensitive content|敏感", PROVIDER, HINT_POLICY),
-    ("high risk|unsafe", PROVIDER, HINT_POLICY),
-    ("bind your", PROVIDER, HINT_WORDS),  # 魔搭的 401：先绑定阿里云账号，不是 key 错了
+STATUS_HINTS = {401: HINT_KEY, 402: HINT_BALANCE, 429: HINT_RATE}  # 各家含义一致的状态码
+# 状态码会误导时才认字样：这些说法在哪个状态码下都只有一个意思（余额用完也会回 400、403、429，key
+# 错了也会回 400）。每行的真实错误体、不该命中的近似说法与出处，在 tests/test_provider_errors.py
+PHRASES = [
+    (r"does not support tools|param:? tools|tools param|tool choice requires", HINT_NO_TOOLS),
+    (r"support tool use|not support function call", HINT_NO_TOOLS),
+    (r"enable.thinking|only support stream", HINT_THINKING),
+    (r"unsupported country|territory not supported", HINT_REGION),
+    (r"insufficient (balance|quota)|balance is insufficient|current quota", HINT_BALANCE),
+    (r"paid balance|arrearage|overdue|good standing|free tier|余额不足|欠费|额度", HINT_BALANCE),
+    (r"bind your", HINT_WORDS),  # 魔搭的 401：先去绑定阿里云账号，不是 key 错了
+    (r"api.?key (not valid|is invalid)|incorrect api.?key|invalid (api.?key|token)", HINT_KEY),
+    (r"invalid authentication|authentication fail|无效的令牌|token ?(非法|已过期)", HINT_KEY),
+    (r"model\b.{0,60}(does not exist|not found)|not found the model", HINT_MODEL),
+    (r"not activated the model|endpoint that does not exist|not supported for format", HINT_MODEL),
+    (r"无可用渠道|模型不存在|无权(使用|访问)模型", HINT_MODEL),
 ]
+WORDS = r'"(?:message|msg|error_msg|status_msg|detail|error|raw)": "((?:[^"\\]|\\.)*)"'
+
+
+def provider_words(body: object) -> str:
+    """Provider 的原话：错误体里给人看的话，不论信封（error.message、message、msg、error_msg、
+    base_resp.status_msg、detail、一段文字；OpenRouter 在 metadata.raw 里附上游的原话）。
+    网页取标题。"""
+    if isinstance(body, str) and body.lstrip()[:1] in ("{", "["):
+        with contextlib.suppress(ValueError, RecursionError):
+            body = json.loads(body)
+    if isinstance(body, str):
+        page = body[:4000]  # 只看开头：找标题的工作量有上限
+        title = re.search(r"(?is)<title>(.*?)(?:</title>|$)", page)
+        return clip(" ".join(re.sub(r"<[^<>]*(>|$)", " ", title[1] if title else page).split()))
+    said = [json.loads(f'"{text}"') for text in re.findall(WORDS, json.dumps(body, default=repr))]
+    said = [provider_words(text) if text.lstrip()[:1] in ("{", "[") else text for text in said[:3]]
+    return clip("：".join(dict.fromkeys(text for text in said if text.strip())))
+
+
+def quoted(body: object) -> str:
+    """报告里引用的原话；没有话可引时，说出响应体是什么样子。"""
+    words = provider_words(body)
+    if words or not isinstance(body, str):
+        return words or clip(body)
+    return f"（{len(body)} 个字符的响应体里没有可读的文字）" if body.strip() else "（响应体是空的）"
+
+
+def provider_stop(what: str, words: str, status: int, exit_code: int = EXIT_REQUEST_FAILED):
+    """what 已引用了原话。只有一个意思的说法按说法给建议；否则按含义一致的状态码（404 看原话提没提
+    模型）；都不是就请人照原话办，没有原话就请人看服务端日志。"""
+    said = re.sub(r"%20|[\s_]+", " ", words.lower())
+    hint = next((hint for pattern, hint in PHRASES if re.search(pattern, said)), None)
+    if hint is None and status == 404:
+        hint = HINT_MODEL if "model" in said else HINT_PATH
+    hint = hint or STATUS_HINTS.get(status) or (HINT_WORDS if words else "看服务端日志，或换端点")
+    link = MODEL if hint in (HINT_NO_TOOLS, HINT_THINKING) else PROVIDER  # 是模型本身做不到
+    return AgentStop(link, what, hint, exit_code)
+
 
 HINT_LOCAL = "本地服务（Ollama、llama.cpp、vLLM）用 http://，不是 https://"
-HINT_DEADLINE = "慢或限流（SDK 可能在等 Retry-After）：稍后再试，或调大 OPENAI_TIMEOUT"
-HINT_CERTIFICATE = "设了 SSL_CERT_FILE、SSL_CERT_DIR 就检查它们；公司网络可能有中间人证书"
-HINT_OS = "不是网络或 SDK 的问题：关掉别的程序，或放宽资源限制（ulimit）后再试"
 HINT_PROXY = (  # Clash、V2Ray 常给 socks5:// 代理，httpx 要多装 socksio 才能用
     "检查 {name}：代理是否在运行、地址（普通代理用 http://，socks5:// 要 python -m pip install "
     "socksio）、端口和认证；本机或内网端点加进 NO_PROXY（如 127.0.0.1,localhost），或 unset {name}"
 )
-BROKEN_OFF = "连上了服务器，但响应中途断开或无法解码"
-FAILURES = [  # 没有状态码的失败：异常链里某个异常的类名（含基类），先命中的算数。最后一列为 1：
-    # 失败发生在连接的第一跳，有代理时那就是代理。类名由 SDK、httpx、ssl 决定，这里只是认
-    ("WholeRequestTimeout", SDK_NETWORK, "请求超时", HINT_DEADLINE, 0),
-    ("MemoryError", SDK_NETWORK, "内存不够：操作系统不给，或响应大得离谱", HINT_OS, 0),
-    ("SSLCertVerificationError", SDK_NETWORK, "TLS 证书校验失败", HINT_CERTIFICATE, 1),
-    ("SSLError", SDK_NETWORK, "TLS 握手失败：这个端口说的多半是 http", HINT_LOCAL, 1),
-    ("ConnectTimeout", SDK_NETWORK, "几秒内没能建立连接", f"检查地址和端口；{HINT_LOCAL}", 1),
-    ("ConnectError", SDK_NETWORK, "连不上服务器", "检查端点的地址、端口和服务是否已启动", 1),
-    ("ProxyError", SDK_NETWORK, "代理拒绝转发这个请求", "检查代理的地址和认证", 1),
-    ("TooManyRedirects", SDK_NETWORK, "重定向循环", "用 curl -I 看 OPENAI_BASE_URL 跳到哪", 0),
-    ("TimeoutException", SDK_NETWORK, "请求超时", "本地模型慢就调大 OPENAI_TIMEOUT（秒）", 0),
-    ("TransportError", SDK_NETWORK, BROKEN_OFF, "看服务端日志和中间的代理", 0),  # 超时的父类
-    ("DecodingError", SDK_NETWORK, BROKEN_OFF, "看服务端日志和中间的代理", 0),
-    ("JSONDecodeError", PROVIDER, "服务器回了 HTTP 200，响应体却不是完整的 JSON", HINT_PAGE, 0),
-    ("RecursionError", PROVIDER, "响应体嵌套太深，解析不了", "是端点送来的东西有问题：换端点", 0),
-    ("APIError", SDK_NETWORK, "SDK 报告请求失败", "看括号里 SDK 的原话", 0),  # SDK 的异常家族
-]
 
 
-def provider_stop(what: str, status: object, body: object, otherwise: str = "") -> AgentStop:
-    """what 已引用了原话。建议按原话里认得的字样给，认不出再看状态码，都没有就请人照原话办。"""
-    words = re.sub(r"%20|[\s_]+", " ", json.dumps(body, ensure_ascii=False, default=repr).lower())
-    known = [(link, hint) for pattern, link, hint in KNOWN_WORDS if re.search(pattern, words)]
-    link, hint = (known or [(PROVIDER, STATUS_HINTS.get(status, otherwise or HINT_WORDS))])[0]
-    return AgentStop(link, what, hint, EXIT_REQUEST_FAILED if status else EXIT_STOPPED)
+def explain_request_failure(error: BaseException, base_url: str, proxy: tuple) -> AgentStop | None:
+    """SDK 报告的失败按它的异常类型和状态码变成 AgentStop；别的异常返回 None：那是 bug。类型分不出
+    该做哪件事时（连不上还是中途断开、证书还是端口说 http），才看异常链里的原因。"""
+    import ssl
 
+    import openai
 
-def explain_request_failure(error: BaseException, proxy: tuple) -> AgentStop | None:
-    """SDK 与线路能抛出的失败变成两行报告；认不出的不是外部世界的失败，返回 None：那是 bug。"""
-    chain = [error]
-    while len(chain) < 10 and (chain[-1].__cause__ or chain[-1].__context__) is not None:
-        chain.append(chain[-1].__cause__ or chain[-1].__context__)
-    kinds = {cls.__name__ for item in chain for cls in type(item).__mro__}
-    status = getattr(error, "status_code", None) if "APIStatusError" in kinds else None
-    row = next((row for row in FAILURES if row[0] in kinds), None)
-    if status is None and row is None:
+    http = sys.modules[openai.DefaultHttpxClient.__mro__[1].__module__]
+    if isinstance(error, openai.APIStatusError):
+        body = error.body if error.body is not None else error.response.text
+        what = f"HTTP {error.status_code}：{quoted(body)}"
+        if proxy and error.status_code in (407, 502):  # 有代理时，407、502 多是代理自己的回答
+            return through_proxy(what, proxy)
+        return provider_stop(what, provider_words(body), error.status_code)
+    if not isinstance(error, openai.APIConnectionError):  # 超时 APITimeoutError 是它的子类
         return None
-    if status:
-        what = f"HTTP {status}：{provider_text(error.body or str(error))}"
-        first_hop = status in (407, 502)  # 有代理时，407、502 是代理自己的错误页
-    else:
-        _, link, reason, hint, first_hop = row
-        what = f"{reason}（{type(error).__name__}: {clip(str(error.__cause__ or error), 120)}）"
+    causes = [error]
+    while len(causes) < 10 and (causes[-1].__cause__ or causes[-1].__context__) is not None:
+        causes.append(causes[-1].__cause__ or causes[-1].__context__)
+    certificate = "设了 SSL_CERT_FILE、SSL_CERT_DIR 就检查它们；公司网络可能有中间人证书"
+    rows = [  # 异常链里有这种原因 -> 原因、建议、是否在连接的第一跳（有代理时那就是代理）
+        (ssl.SSLCertVerificationError, "TLS 证书校验失败", certificate, True),
+        (ssl.SSLError, "TLS 握手失败：这个端口说的多半是 http", HINT_LOCAL, True),
+        (http.ProxyError, "代理拒绝转发这个请求", "检查代理的地址和认证", True),
+        (http.ConnectTimeout, "几秒内没能建立连接", f"检查地址和端口；{HINT_LOCAL}", True),
+        (http.ConnectError, "连不上服务器", "检查端点的地址、端口和服务是否已启动", True),
+        (http.TooManyRedirects, "重定向循环", "用 curl -I 看 OPENAI_BASE_URL 跳到哪", False),
+        (http.TimeoutException, "请求超时", "本地模型慢就调大 OPENAI_TIMEOUT（秒）", False),
+        (Exception, "连上了服务器，但响应中途断开或无法解码", "看服务端日志和中间的代理", False),
+    ]
+    row = next(row for row in rows if any(isinstance(cause, row[0]) for cause in causes))
+    kind, reason, hint, first_hop = row
+    if kind is http.ConnectTimeout and re.match(r"https://(localhost|127\.|\[::1\])", base_url):
+        reason = "几秒内没完成 TLS 握手：这个本机端口说的多半是 http"  # llama-server 对握手不作声
+    what = f"{reason}（{type(error).__name__}: {clip(str(error.__cause__ or error), 120)}）"
     if proxy and first_hop:
-        what = f"请求没能经代理 {proxy[1]}（{proxy[0]}）送到端点：{what}"
-        return AgentStop(SDK_NETWORK, what, HINT_PROXY.format(name=proxy[0]), EXIT_REQUEST_FAILED)
-    if status:
-        return provider_stop(what, status, error.body)
-    return AgentStop(link, what, hint, EXIT_REQUEST_FAILED)
+        return through_proxy(what, proxy)
+    return AgentStop(SDK_NETWORK, what, hint, EXIT_REQUEST_FAILED)
 
 
-class WholeRequestTimeout(TimeoutError): ...  # 整次请求（含重试）超过了总期限
+def through_proxy(what: str, proxy: tuple) -> AgentStop:
+    what = f"请求没能经代理 {proxy[1]}（{proxy[0]}）送到端点：{what}"
+    return AgentStop(SDK_NETWORK, what, HINT_PROXY.format(name=proxy[0]), EXIT_REQUEST_FAILED)
 
 
-# OPENAI_TIMEOUT 只限每次读 socket：每秒滴一个字节的服务器能把一次请求拖上几分钟，所以另设总期限
-class DeadlineClient:
-    """请求在后台线程里跑，主线程只等到总期限，终端上显示已等几秒；外部世界的失败变成 AgentStop。"""
+class OnlineClient:
+    """SDK 客户端外面的一层，形状同它（.chat.completions.create）。请求在后台线程里跑，主线程只等到
+    整次请求（含重试）的期限：OPENAI_TIMEOUT 只限每次读 socket，每秒滴一个字节的服务器能拖上几分钟。
+    等的时候每秒告诉 progress；SDK 的失败和 HTTP 200 的字节，都在这里变成 AgentStop 或响应。"""
 
-    def __init__(self, client: object, seconds: float, proxy: tuple):
-        self.client, self.seconds, self.proxy = client, seconds, proxy
+    def __init__(self, client: object, config: dict, proxy: tuple, progress: object):
+        self.client, self.config, self.proxy, self.progress = client, config, proxy, progress
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
 
     def create(self, **request: object) -> object:
         import threading
         from concurrent.futures import Future, wait
 
-        outcome = Future()  # 装着响应，或 SDK 抛出的异常
+        outcome, seconds = Future(), self.config["deadline"]
 
         def call() -> None:
-            try:
-                outcome.set_result(self.client.chat.completions.create(**request))
+            try:  # 要的是响应体的字节：它们在 read_response 里才变成响应
+                outcome.set_result(self.client.chat.completions.with_raw_response.create(**request))
             except Exception as error:
                 outcome.set_exception(error)
 
-        try:
-            threading.Thread(target=call, daemon=True).start()  # 不用线程池：它退出时要等线程
-        except RuntimeError as error:  # can't start new thread：操作系统不再给线程
-            what = f"操作系统拒绝了新线程（{error}）"
-            raise AgentStop(SDK_NETWORK, what, HINT_OS, EXIT_REQUEST_FAILED) from None
-        status = getattr(sys.stderr, "status", lambda text: None)
-        for waited in range(1, int(self.seconds) + 2):  # 每秒醒来一次，报告已经等了几秒
-            if wait([outcome], min(1.0, self.seconds - waited + 1)).done:
+        threading.Thread(target=call, daemon=True).start()  # 不用线程池：它退出时要等线程
+        for waited in range(1, int(seconds) + 2):  # 每秒醒来一次，报告已经等了几秒
+            if wait([outcome], min(1.0, seconds - waited + 1)).done:
                 break
-            status(f"…等待响应 {waited} 秒")
-        status("")  # 步骤行写在 stdout 上：返回之前先擦掉
-        late = WholeRequestTimeout(f"整次请求（含重试）超过 {self.seconds:g} 秒仍未完成")
-        error = outcome.exception() if outcome.done() else late
-        if error is None:
-            return outcome.result()
-        raise explain_request_failure(error, self.proxy) or error  # 认不出的原样抛出：是 bug
+            self.progress(f"…等待响应 {waited} 秒（Ctrl-C 可中断）")
+        self.progress("")  # 步骤行写在 stdout 上：返回之前先擦掉
+        if not outcome.done():
+            what = f"请求超时：整次请求（含重试）超过 {seconds:g} 秒仍未完成"
+            hint = "慢或限流（SDK 可能在按 Retry-After 等待重试）：稍后再试，或调大 OPENAI_TIMEOUT"
+            raise AgentStop(SDK_NETWORK, what, hint, EXIT_REQUEST_FAILED)
+        error = outcome.exception()
+        if error is not None:
+            raise explain_request_failure(error, self.config["base_url"], self.proxy) or error
+        return read_response(outcome.result().content)
 
 
-# ---- 环境：每个变量只查一次，说出人犯的错；代理用 httpx 自己的规则决定一次，交给 SDK ----
+# ---- 环境：依赖的变量只读一次；每个变量照它自己的样子查，说出人犯的是哪一种错 ----
 CONNECT_SECONDS = 5.0  # 与 SDK 自己的默认连接期限相同
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS = 60.0, 3600.0  # SDK 默认等 10 分钟，学习时太久
 MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试也没用
 VARIABLES = ("OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_BASE_URL", "OPENAI_TIMEOUT")
-ORG_VARIABLES = ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID")  # OpenAI 自己的概念：只发给 OpenAI
+OLD_NAMES = {"OPENAI_API_BASE": "OPENAI_BASE_URL"}  # openai<1.0 与 LangChain 读的旧名字
 # 像 key 的一段：sk-…、gsk_…、xai-…、AIza…、JWT、32 位以上的字母数字（智谱）、UUID
 KEY_LIKE = re.compile(
     r"\b(?:sk|gsk|xai)[-_][\w-]{8,}|\bAIza[\w-]{20,}|\beyJ[\w-]{10,}\.[\w.-]+|[A-Za-z0-9]{32,}"
     r"|\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"
 )
+# 每个变量的值能是什么样子。地址、API Key 出现在别的变量里，多半是两个变量填反了
+SHAPES = {"OPENAI_API_KEY": "API Key 名字 秒数", "OPENAI_MODEL": "名字 秒数"}
+SHAPES |= {"OPENAI_BASE_URL": "地址", "OPENAI_TIMEOUT": "秒数"}
+OWNERS = {"地址": "OPENAI_BASE_URL", "API Key": "OPENAI_API_KEY", "名字": "OPENAI_MODEL"}
 HINT_URL = "只写协议、主机、端口和路径，照 Provider 文档写，例如 http://127.0.0.1:11434/v1"
-HINT_INSTALL = (
-    "先激活 README 第 2 步建的虚拟环境（. .venv/bin/activate，Windows 是 .venv\\Scripts\\"
-    'Activate.ps1），还没建就照第 2 步建；或在虚拟环境里 pip install "openai>=1.109.1,<4"'
-)
 
 
-def secrets_in(environ: dict) -> set:
-    """输出里要遮住的：OPENAI_API_KEY、会被读到的变量里像 key 的一段、地址里的 用户名:密码。"""
-    key = environ.get("OPENAI_API_KEY", "").strip()
-    found = {key} if len(key) >= 8 else set()  # 更短的多是本地服务的占位符，如 local
-    for name, value in environ.items():
-        if re.fullmatch(r"(?i)openai_\w*|\w*_proxy|ssl\w*", name):
-            found.update(KEY_LIKE.findall(value))
-            userinfo = re.findall(r"(?s)^\s*(?:[A-Za-z][\w+.-]*:/*)?(.+)@", value)  # 到最后的 @
-            found.update(userinfo)
-            passwords = [info.partition(":")[2] for info in userinfo]  # 单独出现也要遮
-            found.update(password for password in passwords if len(password) >= 8)
-    return found
+def read_environment(environ: dict) -> dict:
+    """这次运行依赖的全部变量，只在这里读一次：OPENAI_*（课文的四个，和 SDK 自己会读的）、代理、
+    证书（SDK 的 HTTP 库会读它们；出了错，报告要说出是哪个变量）、TERM（终端认不认 \r）。"""
+    wanted = re.compile(r"(?i)openai_\w+|\w+_proxy|ssl_cert_(?:file|dir)|sslkeylogfile|TERM")
+    return {name: value for name, value in environ.items() if wanted.fullmatch(name)}
 
 
-def config_problem(name: str, value: str) -> tuple:
-    """一个变量的一次检查：先找人常犯的错，再看它自己的规则；返回 (错在哪, 怎么改) 或 ()。"""
-    import unicodedata
-
-    odd = [i for i, c in enumerate(value) if c.isspace() or not (c.isascii() and c.isprintable())]
-    if re.fullmatch(r"""["'“‘].*["'”’]""", value, re.S):
-        return "两边带着引号（多半是从 .env 文件连引号一起复制来的）", "去掉两边的引号"
-    if name == "OPENAI_API_KEY" and re.match(r"(?i)bearer\s", value):
-        return "开头多了 Bearer（那是 HTTP 头的写法，SDK 会自己加）", "删掉 Bearer 和空格，只留 key"
-    if name == "OPENAI_API_KEY" and re.match(r"(?i)https?:", value):
-        return "像一个地址，不像 key", "OPENAI_API_KEY 和 OPENAI_BASE_URL 可能填反了"
-    # 地址的路径里可以有像 key 的一段（Cloudflare 的 32 位账户 id）：不像地址、又像 key 才是填反了
-    is_url = name == "OPENAI_BASE_URL" and re.match(r"(?i)https?://", value)
-    if name != "OPENAI_API_KEY" and not is_url and KEY_LIKE.search(value):
-        return "像一个 API Key（没有打印它）", f"OPENAI_API_KEY 和 {name} 可能填反了：key 只放前者"
-    if odd and name != "OPENAI_MODEL":  # 模型名可以不是 ASCII；地址、key、数字、HTTP 头里的值不行
-        char, position = value[odd[0]], odd[0] + 1
-        half = unicodedata.normalize("NFKC", char)
-        where = f"第 {position} 个字符"
-        if char.isspace():
-            return f"{where}是空白 {json.dumps(char)}", "删掉它（Windows 上存 .env 要用 LF 换行）"
-        if half.isascii() and half.isprintable():
-            return f"{where}是全角的「{char}」", f"换成半角的「{half}」（输入法切到英文再打）"
-        return f"{where} {json.dumps(char)} 不是 ASCII", "重新输入，只用英文字母、数字和符号"
-    if name == "OPENAI_MODEL" and not is_text(value):
-        return "含有无法按 UTF-8 发送的字符", "检查终端编码后重新设置"
-    number = float(value) if re.fullmatch(r"\d*\.?\d+", value) else 0.0
-    if name == "OPENAI_TIMEOUT" and not 0 < number <= MAX_TIMEOUT_SECONDS:
-        return f"要是 0 到 {MAX_TIMEOUT_SECONDS:.0f} 之间的秒数", "例如 export OPENAI_TIMEOUT=60"
-    problem = base_url_problem(value) if name == "OPENAI_BASE_URL" else ""
-    return (problem, HINT_URL) if problem else ()
-
-
-def base_url_problem(url: str) -> str:
-    """地址里 SDK 会悄悄改写或误用的部分：端口越界、查询参数、用户名密码、完整的接口路径。"""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:  # 例如端口 99999 或 abc、没闭合的 [IPv6]
-        return "地址无法解析：端口要是 1–65535 之间的数字，IPv6 地址要用 [] 括好"
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "要以 http:// 或 https:// 开头，并写明主机"
-    if port == 0:
-        return "端口要在 1–65535 之间"
-    if "@" in parts.netloc:
-        return "地址里不能写用户名或密码：SDK 会改用它们认证，key 就不再生效"
-    if parts.query or parts.fragment:
-        return "地址里不能带 ?查询参数 或 #片段：SDK 会把 /chat/completions 拼在它们后面"
-    if parts.path.rstrip("/").endswith("/chat/completions"):
-        return "写到 /chat/completions 之前为止，SDK 会自己拼上它"
-    return ""
-
-
-def check_variable(name: str, value: str) -> None:
-    """config_problem 找到错就停下（退出码 2）。key、像 key 的值从不回显。"""
-    problem = config_problem(name, value) if value else ()
-    if problem:
-        hidden = name == "OPENAI_API_KEY" or KEY_LIKE.search(value)
-        echoed = "" if hidden else f"（{clip(value, 120)}）"
-        raise config_error(f"{name} 不可用{echoed}：{problem[0]}", problem[1])
+def shape_of(value: str) -> str:
+    if re.match(r"(?i)https?://", value):
+        return "地址"
+    if KEY_LIKE.search(value):
+        return "API Key"
+    return "秒数" if re.fullmatch(r"\d*\.?\d+", value) else "名字"
 
 
 def config_error(what: str, hint: str) -> AgentStop:
     return AgentStop(HARNESS, what, hint, EXIT_USAGE)
 
 
-def check_config(environ: dict) -> dict:
-    """在发出任何请求之前，把缺的、填错的环境变量说清楚（退出码 2）；返回创建客户端所需的值。"""
-    from urllib.parse import urlsplit
+def check_config(environment: dict) -> dict:
+    """在发出任何请求之前，把缺的、填错的变量说清楚（退出码 2）；返回之后用到的全部值。"""
+    import difflib
 
-    value = {name: environ.get(name, "").strip() for name in (*VARIABLES, *ORG_VARIABLES)}
-    for name, hint in (
-        ("OPENAI_API_KEY", "本地服务（Ollama、llama.cpp）不校验 key，随便填一个，例如 local"),
-        ("OPENAI_MODEL", "填写 Provider 上支持 Tool Calling 的模型名"),
-    ):
-        if not value[name]:
-            raise config_error(f"缺少环境变量 {name}", f"export {name}=...；{hint}")
+    value = {name: environment.get(name, "").strip() for name in VARIABLES}
+    others = {n.upper(): n for n, v in environment.items() if n not in VARIABLES and v.strip()}
+    for name in [name for name in VARIABLES if not value[name]]:
+        near = [n for n in others if OLD_NAMES.get(n) == name]  # 旧名字、小写、拼错的名字
+        near += difflib.get_close_matches(name, [n for n in others if "OPENAI" in n], 1, 0.8)
+        if near:
+            what = f"没有设 {name}，设着的却是 {others[near[0]]}：脚本不读它"
+            raise config_error(what, f"改成 {name} 这个名字：export {name}=...")
+        if name in ("OPENAI_API_KEY", "OPENAI_MODEL"):
+            need = (
+                "本地服务不校验 key，可填 local" if "KEY" in name else "支持 Tool Calling 的模型名"
+            )
+            raise config_error(f"缺少环境变量 {name}", f"export {name}=...（{need}）")
+    if "OPENAI_CUSTOM_HEADERS" in others:  # SDK 会读它，把里面的头（甚至别人的 key）随请求发出
+        what = "设着 OPENAI_CUSTOM_HEADERS：SDK 会把其中的每个头随请求发给这个端点"
+        raise config_error(what, "本课不用它：unset OPENAI_CUSTOM_HEADERS")
     for name in VARIABLES:
-        check_variable(name, value[name])
-    base_url = value["OPENAI_BASE_URL"] or DEFAULT_BASE_URL  # 显式给出：否则 SDK 会读一个空变量
-    for name in ORG_VARIABLES:  # 只发给 OpenAI 官方：留下的旧值不跟着请求去第三方端点
-        if (urlsplit(base_url).hostname or "").endswith("api.openai.com"):
-            check_variable(name, value[name])
-        else:
-            value[name] = ""
+        problem = config_problem(name, value) if value[name] else ()
+        if problem:
+            hidden = name == "OPENAI_API_KEY" or KEY_LIKE.search(value[name])
+            echoed = "" if hidden else f"（{clip(value[name], 120)}）"
+            raise config_error(f"{name} 不可用{echoed}：{problem[0]}", problem[1])
     timeout = float(value["OPENAI_TIMEOUT"] or DEFAULT_TIMEOUT_SECONDS)
     return {
         "api_key": value["OPENAI_API_KEY"],
         "model": value["OPENAI_MODEL"],
-        "base_url": base_url,
+        "base_url": value["OPENAI_BASE_URL"] or DEFAULT_BASE_URL,  # 显式给出：SDK 就不读环境
         "base_url_given": bool(value["OPENAI_BASE_URL"]),
-        "organization": value["OPENAI_ORG_ID"] or None,
-        "project": value["OPENAI_PROJECT_ID"] or None,
         "timeout": timeout,
         "deadline": timeout * (MAX_RETRIES + 1) + 1,  # 每次尝试一个 timeout，再留一秒余量
+        "environment": environment,
     }
 
 
-def proxy_for(url: str, http: object) -> tuple:
-    """这个地址要走的代理：(设它的变量, 代理地址) 或 ()；用 httpx 自己的函数定，决定与它一致。"""
-    mounts = http._utils.get_environment_proxies()
-    patterns = sorted(map(http._utils.URLPattern, mounts))  # 与 httpx 挑选 mount 的顺序相同
-    chosen = next((p.pattern for p in patterns if p.matches(http.URL(url))), None)
+def config_problem(name: str, values: dict) -> tuple:
+    """一个变量的检查：先认人常犯的错，再看它是不是别的变量的样子，最后是它自己的规则。
+    返回 (错在哪, 怎么改)；没有错是 ()。"""
+    import unicodedata
+
+    value = values[name]
+    if re.fullmatch(r"""["'“‘].*["'”’]""", value, re.S):
+        return "两边带着引号（多半是从 .env 文件连引号一起复制的）", "去掉两边的引号"
+    if re.fullmatch(r"\$\{?[A-Za-z_]\w*\}?|%[A-Za-z_]\w*%", value):
+        return f"是没展开的变量 {value}", "单引号里的 $X 不展开：改用双引号，并确认它已 export"
+    if re.search(r"\.\.\.|…|<[^<>]*>|\byour[-_]|provider\.example", value):
+        return "还是 README 或课文里的占位符", "换成你自己的真实值"
+    if name == "OPENAI_API_KEY" and re.match(r"(?i)bearer\s", value):
+        return "开头多了 Bearer（SDK 会自己加）", "删掉 Bearer 和空格，只留 key"
+    odd = [i for i, c in enumerate(value) if c.isspace() or not (c.isascii() and c.isprintable())]
+    char = value[odd[0]] if odd else ""
+    where, half = f"第 {odd[0] + 1 if odd else 0} 个字符", unicodedata.normalize("NFKC", char)
+    if char.isspace():
+        return f"{where}是空白 {json.dumps(char)}", "删掉它（Windows 上存 .env 要用 LF 换行）"
+    if char and half.isascii() and half.isprintable():
+        return f"{where}是全角的「{char}」", f"换成半角的「{half}」（输入法切到英文再打）"
+    if char:
+        return f"{where} {json.dumps(char)} 不是 ASCII", "重新输入，只用英文字母、数字和符号"
+    shape = shape_of(value)
+    owner = OWNERS.get(shape, "OPENAI_TIMEOUT")
+    theirs = shape_of(values[owner]) if values[owner] else ""
+    if shape not in SHAPES[name] and theirs in SHAPES[name] and theirs not in SHAPES[owner]:
+        return f"像 {owner} 的值", f"{name} 和 {owner} 填反了：把两个值对调"
+    if shape in ("地址", "API Key") and shape not in SHAPES[name]:
+        said = "（没有打印它）" if shape == "API Key" else ""
+        return f"像一个{shape}{said}", f"{name} 和 {owner} 可能填反了：{shape}只放 {owner}"
+    seconds = float(value) if shape == "秒数" else 0.0
+    if name == "OPENAI_TIMEOUT" and not 0 < seconds <= MAX_TIMEOUT_SECONDS:
+        return f"要是 0 到 {MAX_TIMEOUT_SECONDS:.0f} 之间的秒数", "例如 export OPENAI_TIMEOUT=60"
+    problem = base_url_problem(value) if name == "OPENAI_BASE_URL" else ""
+    return (problem, HINT_URL) if problem else ()
+
+
+def base_url_problem(url: str) -> str:
+    """地址里 SDK 会悄悄改写或误用的部分：协议、端口、查询参数、用户名密码、完整的接口路径。"""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  端口越界或不是数字时，这里抛 ValueError
+    except ValueError:
+        return "地址无法解析（端口要是 1–65535 之间的数字）"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "要以 http:// 或 https:// 开头，并写明主机"
+    if "@" in parts.netloc:
+        return "地址里不能写用户名或密码：SDK 会改用它们认证，key 就不再生效"
+    if parts.query:
+        return "地址里不能带 ?查询参数：SDK 会把 /chat/completions 拼在它后面"
+    if parts.path.rstrip("/").endswith("/chat/completions"):
+        return "写到 /chat/completions 之前为止，SDK 会自己拼上它"
+    return ""
+
+
+def proxy_for(config: dict, http: object) -> tuple | None:
+    """这个端点走的代理，由 SDK 的 HTTP 库自己的函数决定：(设它的变量, 代理地址)，() 是不走代理；
+    这个版本的库没有这些函数时返回 None：交给 SDK 自己决定，照样运行。"""
+    utils = getattr(http, "_utils", None)
+    if not (hasattr(utils, "get_environment_proxies") and hasattr(utils, "URLPattern")):
+        return None
+    mounts = utils.get_environment_proxies()
+    patterns = sorted(map(utils.URLPattern, mounts))  # 与库挑选 mount 的顺序相同
+    chosen = next((p.pattern for p in patterns if p.matches(http.URL(config["base_url"]))), None)
     if not (chosen and mounts[chosen]):
         return ()
-    names = [n for n in sorted(os.environ, key=str.isupper) if n.lower() == chosen[:-3] + "_proxy"]
-    return ([n for n in names if os.environ[n]] or ["系统代理设置"])[0], mounts[chosen]
+    scheme, environment = chosen[: -len("://")], config["environment"]
+    names = [n for n in (f"{scheme}_proxy", f"{scheme.upper()}_PROXY") if environment.get(n)]
+    return (names or ["系统代理设置"])[0], mounts[chosen]
 
 
-def imported_sdk() -> object:
-    """import openai；没装、装坏了、被脚本旁边同名的 openai.py 或 openai/ 挡住了，各说各的。"""
+def make_client(config: dict, progress: object) -> OnlineClient:
+    """创建 SDK 客户端：key、地址、期限、代理都由脚本给定，SDK 不再替它们读环境。"""
     try:
         import openai
-        from openai import DefaultHttpxClient, Omit, OpenAI  # noqa: F401  同名的 openai.py 没有
-    except Exception as error:
-        from importlib.util import find_spec
-
-        spec = find_spec("openai")  # sys.modules 里放着 None 时，它也返回 None
-        where = spec and (spec.origin or next(iter(spec.submodule_search_locations or []), None))
-        if where and not re.search(r"[/\\](site|dist)-packages[/\\]", where):
-            what = f"导入的 openai 不是 SDK，而是 {clip(where, 160)}"
-            raise config_error(what, "给它改个名字（别叫 openai），再运行") from None
-        broken = f"openai SDK 导入失败（{type(error).__name__}: {clip(str(error), 120)}）"
-        raise config_error(broken if where else "没有安装 openai SDK", HINT_INSTALL) from None
-    return openai
-
-
-def make_client(config: dict) -> DeadlineClient:
-    """创建 SDK 客户端：它只拿到脚本决定好的 key、地址、组织与项目、期限和代理，不再自己读环境。"""
-    openai = imported_sdk()
-    # SDK 用的 HTTP 库（openai 3.x 是 httpx2，更早的是 httpx）：代理的规则问它，不自己另写一套
+        from openai import OpenAI  # noqa: F401  脚本旁边同名的 openai.py 里没有它
+    except ImportError as error:
+        missing = isinstance(error, ModuleNotFoundError) and error.name == "openai"
+        what = "没有安装 openai SDK" if missing else f"openai SDK 导入失败：{clip(str(error))}"
+        raise config_error(what, HINT_INSTALL) from None
     http = sys.modules[openai.DefaultHttpxClient.__mro__[1].__module__]
-    try:
-        proxy = proxy_for(config["base_url"], http)
-    except (ValueError, http.InvalidURL) as error:  # httpx 自己也解析不了某个代理变量
-        what = f"httpx 解析不了代理变量（{type(error).__name__}: {clip(str(error), 160)}）"
-        raise config_error(what, "检查 NO_PROXY 与 *_PROXY 的写法，或运行前 unset 它们") from None
-    # SDK 还会自己从环境读组织、项目和 OPENAI_CUSTOM_HEADERS：没交给它的，用 Omit 一一盖掉
-    custom = os.environ.get("OPENAI_CUSTOM_HEADERS", "").splitlines()
-    headers = {line.partition(":")[0].strip(): openai.Omit() for line in custom}
-    unset = {"OpenAI-Organization": config["organization"], "OpenAI-Project": config["project"]}
-    headers.update({name: openai.Omit() for name, given in unset.items() if given is None})
-    headers["Authorization"] = f"Bearer {config['api_key']}"
-    given = {key: config[key] for key in ("api_key", "base_url", "organization", "project")}
-    # 连接（含 TLS 握手）单独限时：协议或端口填错几秒就报错，不必等满 OPENAI_TIMEOUT
+    # 组织、项目是 OpenAI 自己的概念：SDK 会自己读 OPENAI_ORG_ID、OPENAI_PROJECT_ID，告诉它不发
+    headers = {"OpenAI-Organization": openai.Omit(), "OpenAI-Project": openai.Omit()}
     timeout = openai.Timeout(config["timeout"], connect=min(config["timeout"], CONNECT_SECONDS))
+    options = {"timeout": timeout, "max_retries": MAX_RETRIES, "default_headers": headers}
     try:
-        transport = http.HTTPTransport(proxy=proxy[1] if proxy else None)  # 证书仍照 SSL_CERT_FILE
-        http_client = openai.DefaultHttpxClient(transport=transport, trust_env=False)
-        options = {"timeout": timeout, "max_retries": MAX_RETRIES, "default_headers": headers}
-        client = openai.OpenAI(**given, **options, http_client=http_client)
+        proxy, options["http_client"] = proxy_for(config, http), None
+        if proxy is not None:  # 只走选定的代理：用不上的（比如没装 socksio 的 socks5://）不碍事
+            transport = http.HTTPTransport(proxy=proxy[1] if proxy else None)  # 证书仍照环境
+            options["http_client"] = openai.DefaultHttpxClient(transport=transport, trust_env=False)
+        client = openai.OpenAI(api_key=config["api_key"], base_url=config["base_url"], **options)
     except (OSError, ImportError, ValueError, http.InvalidURL) as error:  # 证书、代理、地址
-        detail = f"{type(error).__name__}: {clip(str(error), 160)}"
-        named = [n for n in ("SSLKEYLOGFILE", "SSL_CERT_DIR", "SSL_CERT_FILE") if os.getenv(n)]
-        if isinstance(error, OSError) and named:  # ssl 读证书文件失败；ssl.SSLError 也是 OSError
-            name = next((n for n in named if os.environ[n] in str(error)), named[-1])
-            what, hint = f"{name} 指向的文件不能用（{detail}）", f"改成有效的路径，或 unset {name}"
-        elif proxy:
-            what = f"SDK 用不了代理 {proxy[0]}={proxy[1]}（{detail}）"
-            hint = HINT_PROXY.format(name=proxy[0])
-        else:
-            what, hint = f"无法创建 OpenAI 客户端：{detail}", HINT_URL
-        raise config_error(what, hint) from None
-    return DeadlineClient(client, config["deadline"], proxy)
+        what = f"SDK 没能用这台机器的设置创建客户端（{type(error).__name__}: {clip(str(error))}）"
+        named = "、".join(n for n in config["environment"] if re.match(r"(?i)ssl|\w+_proxy", n))
+        hint = f"检查 {named}：文件在不在、代理能不能用（socks5:// 要 pip install socksio）"
+        raise config_error(what, f"{hint}；或 unset 它们" if named else HINT_URL) from None
+    return OnlineClient(client, config, proxy or (), progress)
+
+
+HINT_INSTALL = (
+    "先激活 README 第 2 步建的虚拟环境（. .venv/bin/activate，Windows 是 .venv\\Scripts\\"
+    'Activate.ps1），或在其中 pip install "openai>=1.109.1,<4"；脚本旁边若有自己写的 openai.py '
+    "或 openai/，给它改个名字"
+)
 
 
 # ---- 命令行：解析参数、运行，把 AgentStop 变成两行说明和退出码；别的异常是 bug ----
@@ -1114,20 +1132,15 @@ HELP = """\
   --demo           离线演示：用预设的响应跑真正的 run_agent，不需要 API Key
   --show-messages  结束后（失败时也一样）把消息历史打印成 JSON
   问题             默认“帮我算一下 248 乘以 15”；几个词会连成一句；-- 之后的都算问题
-在线运行读取的环境变量：
+在线运行读取的环境变量（每家 Provider 怎么填，见 README）：
   OPENAI_API_KEY   必填；本地服务（Ollama、llama.cpp）不校验，填 local 即可
   OPENAI_MODEL     必填；支持 Tool Calling 的模型名
-  OPENAI_BASE_URL  第三方或本地端点才要，照 Provider 文档写；不设就是 https://api.openai.com/v1
-  OPENAI_TIMEOUT   每次读取的超时秒数，默认 60；整次请求（含 1 次重试）最多 2 倍再加 1 秒
-  其余 OPENAI_* 一律不用（OPENAI_ORG_ID、OPENAI_PROJECT_ID 只发给 OpenAI 官方端点）；
-  代理按 HTTP_PROXY、HTTPS_PROXY、ALL_PROXY、NO_PROXY，证书按 SSL_CERT_FILE、SSL_CERT_DIR
+  OPENAI_BASE_URL  第三方或本地端点才要；不设就是 https://api.openai.com/v1
+  OPENAI_TIMEOUT   每次读取的超时秒数，默认 60
 退出码：0 打印了回答（Loop 正常结束，不保证答对）；1 Loop 被停下（或自检失败、程序自身出错）；
-        2 用法或配置错误；3 请求失败；4 回答没能写到标准输出；130 按了 Ctrl-C
-例子：
-  OPENAI_API_KEY=local OPENAI_MODEL=qwen2.5:7b OPENAI_BASE_URL=http://127.0.0.1:11434/v1 \\
-      python3 lesson_03_tool_calling_loop.py 帮我算一下 6 乘以 7
-  python3 lesson_03_tool_calling_loop.py '6 * 7 = ?'     # 含 ' * ? 的问题用引号括起来"""
+        2 用法或配置错误；3 请求失败；4 回答没能写到标准输出；130 按了 Ctrl-C"""
 OPTIONS = ("--self-check", "--demo", "--show-messages", "--help", "-h")
+DASHES = "\u2010-\u2015\u2212\ufe58\ufe63\uff0d"  # 中文输入法打出的各种破折号、全角的减号
 
 
 def parse_args(argv: list) -> tuple:
@@ -1138,20 +1151,23 @@ def parse_args(argv: list) -> tuple:
     options = [arg for arg in argv[:end] if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", arg)]
     words = [arg for arg in argv[:end] if arg not in options] + argv[end + 1 :]
     question, unknown = " ".join(words).strip(), [o for o in options if o not in OPTIONS]
-    problem = ""
+    unknown += [w for w in words if re.fullmatch(f"[{DASHES}]+[A-Za-z][\\w-]*", w)]
     if unknown:
-        guess = difflib.get_close_matches(unknown[0].split("=")[0], OPTIONS, n=1)
-        problem = f"不认识的选项：{clip(unknown, 80)}" + (f"，是不是 {guess[0]}？" if guess else "")
-    elif {"--self-check", "--demo"} & set(options) and (words or len(set(options)) > 1):
-        problem = "--self-check 和 --demo 只跑本地代码，不带问题或其他选项"
-    elif words and not question:
-        problem = "问题是空的"
-    elif not is_text(question):  # 终端编码不对时，argv 里会混进无法按 UTF-8 发送的字符
-        problem = "问题里有无法按 UTF-8 发送的字符，检查终端编码"
-    return options, question or DEFAULT_QUESTION, problem
+        meant = re.sub(f"^[{DASHES}]+", "--", unknown[0]).split("=")[0]
+        guess = "".join(f"，是不是 {g}？" for g in difflib.get_close_matches(meant, OPTIONS, 1))
+        return options, question, f"不认识的选项：{clip(unknown[0], 80)}{guess}"
+    if {"--self-check", "--demo"} & set(options) and (words or len(set(options)) > 1):
+        return options, question, "--self-check 和 --demo 只跑本地代码，不带问题或其他选项"
+    if words and not question:
+        return options, question, "问题是空的"
+    try:
+        request_bytes(question)  # 终端编码不对时，问题里会混进发不出去的字符
+    except ValueError:
+        return options, question, "问题里有无法按 UTF-8 发送的字符，检查终端编码"
+    return options, question or DEFAULT_QUESTION, ""
 
 
-def run_command(argv: list, environ: dict) -> int:
+def run_command(argv: list, environment: dict, progress: object) -> int:
     options, question, problem = parse_args(argv)
     if "-h" in options or "--help" in options:
         print(HELP)
@@ -1163,11 +1179,12 @@ def run_command(argv: list, environ: dict) -> int:
         return self_check() if "--self-check" in options else demo()
     messages, config, refused = [], {}, None
     try:
-        config = check_config(environ)
-        print("Agent> " + run_agent(make_client(config), config["model"], question, messages))
+        config = check_config(environment)
+        client = make_client(config, progress)
+        print("Agent> " + run_agent(client, config["model"], question, messages))
         return EXIT_OK
     except AgentStop as stop:
-        report(stop, config)
+        report(stop, config, messages)
         refused = stop.refused
         return stop.exit_code
     finally:  # 失败了、按了 Ctrl-C 也打印：看得到停在了哪里
@@ -1177,27 +1194,32 @@ def run_command(argv: list, environ: dict) -> int:
             print(f"被拒收、没有写进历史的响应（Harness 停下的原因就在这里）：\n{as_json(refused)}")
 
 
-def report(stop: AgentStop, config: dict, file: object = None) -> None:
-    """两行：哪一环、第几步、原因（端点出的问题还写明端点和模型）；最后一个成功事件和建议。"""
-    where = f"step {stop.step}: " if stop.step else ""
-    endpoint = ""
+def report(stop: AgentStop, config: dict, messages: list, file: object = None) -> None:
+    """两行：哪一环、第几步、原因（端点的问题还写明端点和模型）；最后一个成功事件和建议。最后一个
+    成功事件从历史推出：收到却拒收的响应、最后写进的 Tool Result，或刚写进的 user 消息。"""
+    endpoint, last_ok = "", "Harness 已就绪，user 消息已写入历史"
     if stop.link != HARNESS and config:
         default = "" if config["base_url_given"] else "（没设 OPENAI_BASE_URL 时的默认值）"
         endpoint = f"；端点 {config['base_url']}{default}，模型 {clip(config['model'], 80)}"
-    last_ok = f"最后一个成功事件：{stop.last_ok}；" if stop.last_ok else ""
+    if messages and messages[-1]["role"] == "tool":
+        last_ok = f"{clip(messages[-1]['tool_call_id'], 80)} 的 Tool Result 已写入历史"
+    last_ok = f"step {stop.step}: 收到响应" if stop.refused is not None else last_ok
+    last_ok = f"最后一个成功事件：{last_ok}；" if messages else ""
+    where = f"step {stop.step}: " if stop.step else ""
     text = f"[{stop.link}] {where}{stop.reason}{endpoint}\n{last_ok}建议：{stop.hint}"
     print(text, file=file or sys.stderr)
 
 
 def main(argv: list, environ: dict) -> int:
     """命令行入口，返回退出码。输出都经过 SafeOutput；回答没写出去就不算成功。"""
-    secrets = secrets_in({**os.environ, **environ})
+    environment = read_environment(environ)
+    mask = secret_mask(secrets_in(environment))
     saved = (sys.stdout, sys.stderr)
-    out = SafeOutput(sys.stdout, secrets)
-    err = SafeOutput(sys.stderr, secrets, flush_first=out)
+    out = SafeOutput(sys.stdout, mask)
+    err = SafeOutput(sys.stderr, mask, out, dumb=environment.get("TERM") == "dumb")
     sys.stdout, sys.stderr = out, err
     try:
-        code = run_command(argv, environ)
+        code = run_command(argv, environment, err.status)
         out.flush()
         if code == EXIT_OK and out.failed:
             what = "[Harness] 输出没能写完（标准输出已关闭，或磁盘已满），回答或结果没有送到"
