@@ -114,7 +114,7 @@ def execute_tool(tool_call: object) -> str:
         function = getattr(tool_call, "function", None)
         name = getattr(function, "name", None)
         if name != "multiply":
-            raise ValueError(f"未知工具：{name}")
+            raise ValueError(f"未知工具：{name!r:.60}")  # 名字来自模型：引用它，但有界
         arguments = parse_arguments(getattr(function, "arguments", None))
         if set(arguments) != {"a", "b"}:
             raise ValueError(f"multiply 只接受 a 和 b，收到的键：{sorted(arguments)!r}")
@@ -733,7 +733,7 @@ def finish_reason_stop(finish_reason: object, with_tool_calls: bool) -> AgentSto
 # name(...)。别的都是回答。各家标记的出处见 README。
 TEMPLATE_TOKEN = r"<\|[\w.:-]{1,40}\|>|<｜[^<>｜\n]{1,40}｜>?"
 CALL_TAG = r"(?:<tool_call>|<minimax:tool_call>|<function=|\[TOOL_CALLS\])\s*"
-CALL_TAG += r"(?:[\[{<]|[A-Za-z_][\w.:-]*\n?[<>\[{(])"  # 后面是调用，不是一句提到它的话
+CALL_TAG += r"(?:[\[{<]|[A-Za-z_][\w.:-]*\s*(?:<(?!/)|[>\[{(]))"  # 后面是调用，不是提到它的话
 CALL_HEAD = r'\[?\s*\{\s*"(?:name|function)"\s*:\s*"[^"]*"\s*,\s*"(?:arguments|parameters)"\s*:'
 HINT_CALL_AS_TEXT = (
     "让服务端把调用解析成 tool_calls：vLLM、SGLang 开 tool-call parser；llama.cpp 加 --jinja，"

@@ -50,9 +50,21 @@ def test_a_bug_inside_the_request_path_is_not_called_a_network_failure(run, prov
     def broken_create(self, **request):
         raise KeyError("a harness bug, not the network")
 
-    monkeypatch.setattr(lesson.DeadlineClient, "create", broken_create)
+    monkeypatch.setattr(lesson.OnlineClient, "create", broken_create)
     assert_shown_as_a_bug(run(), "KeyError")
     assert provider.requests == []
+
+
+def test_a_bug_reading_the_bytes_of_a_200_is_not_called_the_providers_failure(
+    run, provider, monkeypatch
+):
+    def broken_reader(body):
+        raise KeyError("a harness bug in reading the body")
+
+    monkeypatch.setattr(lesson, "read_response", broken_reader)
+    provider.script(completion(content="248 乘以 15 等于 3720。"))
+    assert_shown_as_a_bug(run(), "KeyError")
+    assert len(provider.requests) == 1
 
 
 def test_a_check_that_crashes_is_a_bug_not_a_failed_check(capsys, monkeypatch):
@@ -93,7 +105,7 @@ def test_a_bug_in_the_demo_is_shown_with_its_traceback(capsys, monkeypatch):
     "error", [ValueError("x"), IndexError("pop from empty list"), AttributeError("y"), OSError()]
 )
 def test_exceptions_the_sdk_does_not_raise_are_not_translated(error):
-    assert lesson.explain_request_failure(error, ()) is None
+    assert lesson.explain_request_failure(error, "http://127.0.0.1:9/v1", ()) is None
 
 
 @pytest.fixture
@@ -115,9 +127,18 @@ def test_the_sdks_own_failures_are_translated_by_their_type(http_library):
     for cause, words in cases.items():
         error = openai.APIConnectionError(request=request)
         error.__cause__ = cause
-        stop = lesson.explain_request_failure(error, ())
+        stop = lesson.explain_request_failure(error, "http://127.0.0.1:9/v1", ())
         assert (stop.link, stop.exit_code) == ("SDK/网络", 3), stop
         assert words in stop.reason and str(cause) in stop.reason
+
+
+def test_a_timeout_inside_the_sdk_is_translated_by_its_type(http_library):
+    request = http_library.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    error = openai.APITimeoutError(request=request)
+    error.__cause__ = http_library.ReadTimeout("timed out", request=request)
+    stop = lesson.explain_request_failure(error, "http://127.0.0.1:9/v1", ())
+    assert (stop.link, stop.exit_code) == ("SDK/网络", 3)
+    assert "OPENAI_TIMEOUT" in stop.hint
 
 
 def test_a_body_nested_too_deep_is_the_providers_fault_not_the_sdk_version(run, provider):
@@ -131,9 +152,11 @@ def test_a_body_nested_too_deep_is_the_providers_fault_not_the_sdk_version(run, 
 
 def test_a_200_body_that_is_not_json_is_the_providers_fault(run, provider):
     provider.script(Reply(body=b"not json at all", content_type="application/json"))
-    result = run()
+    result = run("--show-messages")
     first, _ = result.err.splitlines()
-    assert result.code == 3 and first.startswith("[Provider] step 1: 服务器回了 HTTP 200")
+    assert "被拒收" not in result.out  # the body never became a response: nothing was refused
+    assert result.code == 3 and first.startswith("[Provider] step 1: HTTP 200"), result.err
+    assert "Traceback" not in result.err and KEY not in result.everything
 
 
 def test_the_history_is_still_printed_when_a_bug_stops_the_run(run, provider, monkeypatch):

@@ -1,7 +1,10 @@
 """run_agent() against SDK-shaped fakes: the message sequence and every stop-the-loop rule."""
 
+import io
 import json
 import re
+import threading
+import time
 import unicodedata
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +26,19 @@ def final(content="248 乘以 15 等于 3720。"):
 
 def calls(*tool_calls):
     return fake_response("tool_calls", tool_calls=list(tool_calls))
+
+
+def reported(stop, messages):
+    """The two lines report() prints for a stop: [link] step N: reason / last event and hint."""
+    printed = io.StringIO()
+    lesson.report(stop, {}, messages, file=printed)
+    return printed.getvalue().splitlines()
+
+
+def last_event(stop, messages):
+    """The last successful event, as report() derives it from the history."""
+    _, second = reported(stop, messages)
+    return second.split("；建议：")[0]
 
 
 def test_happy_path_prints_the_articles_step_lines(capsys):
@@ -208,7 +224,7 @@ def test_untrustworthy_responses_stop_the_loop_before_anything_runs(response, li
     outcome, client, messages, lines = run_fake(response)
     assert isinstance(outcome, AgentStop)
     assert (outcome.link, outcome.exit_code, outcome.step) == (link, 1, 1)
-    assert outcome.last_ok == "step 1: 收到响应"
+    assert last_event(outcome, messages) == "最后一个成功事件：step 1: 收到响应"
     assert outcome.refused is response  # --show-messages shows what was refused, after every stop
     assert len(client.requests) == 1
     assert messages == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
@@ -222,32 +238,92 @@ def test_the_stop_line_names_the_finish_reason(reason):
     assert lines == [f"step 1: finish_reason={reason or json.dumps(reason)}"]
 
 
-def test_the_provider_message_of_a_choiceless_200_is_shown():
-    outcome, *_ = run_fake(SimpleNamespace(error={"message": "upstream down", "code": 502}))
-    assert "upstream down" in outcome.reason
-    outcome, *_ = run_fake("<html><head><title>Login - Web UI</title></head></html>")
-    assert "Login - Web UI" in outcome.reason
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b'{"error": {"message": "upstream down", "code": 502}}', "upstream down"),
+        (b"<html><head><title>Login - Web UI</title></head></html>", "Login - Web UI"),
+    ],
+)
+def test_the_provider_words_of_a_choiceless_200_body_are_shown(body, words):
+    # The bytes of an HTTP 200 become a response in one place; without choices it is the
+    # provider's failure, exit 3, quoting what it said
+    with pytest.raises(AgentStop) as caught:
+        lesson.read_response(body)
+    stop = caught.value
+    assert (stop.link, stop.exit_code) == ("Provider", 3)
+    assert words in stop.reason
+
+
+def test_an_openrouter_error_inside_the_choice_stops_the_loop_with_its_words():
+    response = final("")
+    response.choices[0].error = {"message": "upstream model timed out", "code": 502}
+    outcome, client, messages, _ = run_fake(response, final())
+    assert (outcome.link, outcome.exit_code, outcome.step) == ("Provider", 1, 1)
+    assert "upstream model timed out" in outcome.reason
+    assert len(client.requests) == 1 and len(messages) == 1
 
 
 def test_a_later_stop_reports_the_last_successful_event():
     outcome, client, messages, _ = run_fake(calls(fake_call("call_1")), fake_response("length"))
     assert len(client.requests) == 2
     assert outcome.step == 2
-    assert outcome.last_ok == "step 2: 收到响应"
+    assert outcome.refused is not None
+    assert last_event(outcome, messages) == "最后一个成功事件：step 2: 收到响应"
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+
+
+class FailsOnSecondRequest:
+    """Answers with one call, then the request itself fails (the SDK's failure, translated)."""
+
+    def __init__(self):
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+        self.count = 0
+
+    def create(self, **request):
+        self.count += 1
+        if self.count == 1:
+            return calls(fake_call("call_1"))
+        raise AgentStop("SDK/网络", "连不上服务器", "检查端点", lesson.EXIT_REQUEST_FAILED)
+
+
+def test_a_request_that_fails_refuses_nothing_and_the_last_event_is_the_tool_result():
+    messages = []
+    with pytest.raises(AgentStop) as caught:
+        lesson.run_agent(FailsOnSecondRequest(), "m", "q", messages)
+    stop = caught.value
+    assert (stop.step, stop.refused, stop.exit_code) == (2, None, 3)
+    first, second = reported(stop, messages)
+    assert first.startswith("[SDK/网络] step 2: ")
+    assert second.startswith("最后一个成功事件：call_1 的 Tool Result 已写入历史；")
+
+
+def test_a_first_request_that_fails_reports_only_the_user_message():
+    messages = []
+    client = failing_client(AgentStop("SDK/网络", "连不上服务器", "检查端点", 3))
+    with pytest.raises(AgentStop) as caught:
+        lesson.run_agent(client, "m", "q", messages)
+    assert (caught.value.step, caught.value.refused) == (1, None)
+    assert (
+        last_event(caught.value, messages)
+        == "最后一个成功事件：Harness 已就绪，user 消息已写入历史"
+    )
 
 
 def test_max_steps_counts_requests_and_the_last_result_stays_local():
     responses = [calls(fake_call(f"call_{n}")) for n in range(1, MAX_STEPS + 5)]
     outcome, client, messages, lines = run_fake(*responses)
-    assert (outcome.link, outcome.reason, outcome.step) == ("Harness", "超过最大步骤数：8", 8)
-    assert outcome.exit_code == 1
+    assert (outcome.link, outcome.reason, outcome.exit_code) == ("Harness", "超过最大步骤数：8", 1)
     assert len(client.requests) == MAX_STEPS == 8
     assert len(messages) == 1 + 2 * MAX_STEPS
     assert messages[-1] == {"role": "tool", "tool_call_id": "call_8", "content": RESULT_3720}
     assert "call_8" not in json.dumps(client.requests[-1]["messages"])
-    assert outcome.last_ok == "step 8: call_8 的 Tool Result 已写入历史"
     assert lines[-1].startswith("step 8: multiply call_id=call_8")
+    # the stop comes after the loop, not at a step; the last event is the result kept locally
+    assert reported(outcome, messages) == [
+        "[Harness] 超过最大步骤数：8",
+        f"最后一个成功事件：call_8 的 Tool Result 已写入历史；建议：{outcome.hint}",
+    ]
 
 
 def test_a_final_answer_on_the_last_step_is_still_returned():
@@ -317,8 +393,11 @@ def test_a_refusal_stops_the_loop_and_shows_the_refusal():
     assert outcome.reason == "模型拒绝回答：I can't help with that."
 
 
-# Rule 5: a reply stops as "a call written as text" only when the whole of it (after a leading
-# think block, one surrounding code fence and stray trailing template tokens) is a call.
+# A reply stops as "a call written as text" by one of two rules. Rule 1: chat-template control
+# markup anywhere in it (special tokens, or a call tag followed by a call), after stripping stray
+# end tokens at the end. Rule 2: the whole reply (after a leading think block and one surrounding
+# code fence) is, or begins as, a JSON object naming a function with its arguments, or a call of
+# the offered tool written as multiply(...).
 CALLS_WRITTEN_AS_TEXT = {
     "fenced json (recording 01)": '```json\n{"name": "multiply", "arguments": {"a": 248}}\n```',
     "bare json (recording 02's shape)": '{"name": "multiply", "arguments": {"a": 37, "b": 41}}',
@@ -335,8 +414,12 @@ CALLS_WRITTEN_AS_TEXT = {
     "tool_calls wrapper": '{"tool_calls": [{"name": "multiply", "arguments": {"a": 1}}]}',
     "command-r style": '```json\n[{"tool_name": "multiply", "parameters": {"a": 1}}]\n```',
     "llama pythonic list": "[multiply(a=248, b=15)]",
-    "gemma tool_code fence": "```tool_code\nprint(multiply(a=248, b=15))\n```",
+    # Gemma's documented form: a list of pythonic calls in a tool_code fence
+    # (ai.google.dev/gemma/docs/capabilities/function-calling)
+    "gemma tool_code fence": "```tool_code\n[multiply(a=248, b=15)]\n```",
     "tool_call fence": "```tool_call\nmultiply(a=248, b=15)\n```",
+    # the offered tool's name(...) alone is a call, not an answer (rule 2)
+    "the offered tool called alone": "multiply(248, 15)",
     "call then a closing tag": '{"name": "multiply", "arguments": {}}</tool_call>',
     "call then an end token": '{"name": "multiply", "arguments": {}}<|im_end|>',
     "after a think block": '<think>用乘法</think>\n{"name": "multiply", "arguments": {"a": 2}}',
@@ -344,24 +427,60 @@ CALLS_WRITTEN_AS_TEXT = {
     # Qwen2.5-Coder-1.5B on its GGUF's own template, llama-server, 2026-12-02 (1 run of 6): the
     # template's {{ }} leaked around the call
     "doubled braces (real)": '{{"name": "multiply", "arguments": {"a": 12, "b": 34}}}}',
+    # Issue 23, from the real Qwen2.5-Coder model: the call never closed
+    "unclosed call (issue 23, real)": '{"name": "你好", "arguments": {"text": "你好"',
+    # Qwen2.5-Coder-1.5B on its GGUF's own template, asked 你好 (tests/recordings/12): a tool
+    # never offered, null arguments, in a json fence
+    "null arguments in a fence (real)": '```json\n{\n  "name": "hello",\n'
+    '  "arguments": null\n}\n```',
+    # the same run (tests/recordings/13): two opening braces, one closing brace too many
+    "extra closing brace (real)": '{{"name": "hello", "arguments": {}}}}',
 }
-CALL_TAG_TEXTS = [  # chat-template markup at the start of the reply
-    '<tool_call>{"name": "multiply", "arguments": {}}',
-    '<tool_call>\n{"name": "multiply", "arguments": {"a": 2}}\n</tool_call>',
-    '<|tool_call|>{"name": "multiply", "arguments": {}}',
-    '<|python_tag|>{"name": "multiply", "parameters": {}}',
-    '[TOOL_CALLS][{"name": "multiply", "arguments": {}}]',
-    '<function=multiply>{"a": 2, "b": 3}</function>',
-    '<TOOL_CALL>{"name": "multiply", "arguments": {}}</TOOL_CALL>',
+CALL_TAG_TEXTS = {  # rule 1: chat-template markup, at the start or after a line of prose
+    "qwen tag": '<tool_call>{"name": "multiply", "arguments": {}}',
+    "qwen tag on its own lines": '<tool_call>\n{"name": "multiply", "arguments": {"a": 2}}\n'
+    "</tool_call>",
+    # ollama/ollama model/parsers/qwen3_test.go fixture: prose straight before the tag
+    "prose then qwen/hermes tag": 'Let me think<tool_call>{"name":"get_weather","arguments":'
+    '{"location":"San Francisco","unit":"celsius"}}</tool_call>',
+    "granite token": '<|tool_call|>{"name": "multiply", "arguments": {}}',
+    "llama 3 python_tag": '<|python_tag|>{"name": "multiply", "parameters": {}}',
+    "mistral tag": '[TOOL_CALLS][{"name": "multiply", "arguments": {}}]',
+    # mistral-common, tokenizer v11: [TOOL_CALLS]name[ARGS]{...}
+    "mistral v11": '[TOOL_CALLS]multiply[ARGS]{"a":2,"b":3}',
+    "llama 3.1 function tag": '<function=multiply>{"a": 2, "b": 3}</function>',
     # gpt-oss Harmony markup (NVIDIA/TensorRT-LLM#9256, lablup/mlxcel#654)
-    '<|channel|>commentary to=functions.multiply <|constrain|>json<|message|>{"a":248,"b":15}'
-    "<|call|>",
-    '<|channel|>commentary<|message|>{"a":248,"b":15}<|end|>',
+    "harmony call": "<|channel|>commentary to=functions.multiply <|constrain|>json<|message|>"
+    '{"a":248,"b":15}<|call|>',
+    "harmony message": '<|channel|>commentary<|message|>{"a":248,"b":15}<|end|>',
+    # rule 1 holds anywhere in the reply: a control token in prose is a leak too
+    "harmony token in prose": "gpt-oss 的回答用 <|channel|> 分隔通道。248 乘以 15 等于 3720。",
     # DeepSeek's own special tokens leaking into content
-    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>multiply\n```json\n"
-    '{"a":248,"b":15}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
-]
-CALLS_WRITTEN_AS_TEXT.update({f"tag {n}": text for n, text in enumerate(CALL_TAG_TEXTS)})
+    "deepseek tokens": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>multiply\n"
+    '```json\n{"a":248,"b":15}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    # ollama/ollama model/parsers/deepseek3_test.go fixture (DeepSeek V3.1)
+    "prose then deepseek v3.1 tokens": "I'll check the weather.<｜tool▁calls▁begin｜>"
+    '<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"location":"Paris"}<｜tool▁call▁end｜>'
+    "<｜tool▁calls▁end｜>",
+    # DeepSeek V3.2 DSML (ochafik/minja#11)
+    "deepseek v3.2 dsml": '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_datetime">\n'
+    '<｜DSML｜parameter name="timezone" string="true">Asia/Shanghai</｜DSML｜parameter>\n'
+    "</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+    # Kimi K2's section tokens after a line of prose (NousResearch/hermes-agent#24534)
+    "prose then kimi k2 tokens": "I'll multiply them.<|tool_calls_section_begin|>"
+    "<|tool_call_begin|>functions.multiply:0<|tool_call_argument_begin|>"
+    '{"a":248,"b":15}<|tool_call_end|><|tool_calls_section_end|>',
+    # MiniMax-M2 docs/tool_calling_guide.md, with its line of prose
+    "minimax-m2 with prose": "Let me help you query the weather.\n<minimax:tool_call>\n"
+    '<invoke name="get_weather">\n<parameter name="location">San Francisco</parameter>\n'
+    '<parameter name="unit">celsius</parameter>\n</invoke>\n</minimax:tool_call>',
+    # GLM-4.5-Air on ik_llama.cpp (ikawrakow/ik_llama.cpp discussion #753): note the space
+    # between the function name and <arg_key>
+    "glm with prose (real)": "Let me search for configuration files in the backend directory to "
+    "help locate this information: <tool_call>ls <arg_key>dirPath</arg_key> "
+    "<arg_value>backend</arg_value> </tool_call>",
+}
+CALLS_WRITTEN_AS_TEXT.update(CALL_TAG_TEXTS)
 
 
 @pytest.mark.parametrize("text", CALLS_WRITTEN_AS_TEXT.values(), ids=CALLS_WRITTEN_AS_TEXT.keys())
@@ -381,7 +500,8 @@ def test_a_tool_call_written_as_text_stops_the_loop_and_runs_nothing(text):
 
 
 # Plausible final answers, each printed as it came: asked-for JSON examples with prose around
-# them, code, maths notation, function names in prose, a stray template token after the answer.
+# them, code, maths notation, function names in prose, call tags named in prose, a tool schema,
+# a stray template token after the answer.
 ORDINARY_ANSWERS = [
     "248 乘以 15 等于 3720。",
     "我用 multiply 算了一下：3720",
@@ -398,14 +518,20 @@ ORDINARY_ANSWERS = [
     "```python\nprint(248 * 15)\n```\n答案是 3720。",
     "print(248 * 15)",
     "sqrt(2)",
-    "multiply(248, 15)",
     "`multiply(248, 15)` 返回 3720。",
     "f(x) 的值是 3，multiply(2, 3) 是 6。",
     "答案是 $248 \\times 15 = 3720$。",
+    # a pythonic list, but not of the offered tool
+    "[Product(a=248, b=15, value=3720)]",
+    # call tags named in prose, not followed by a call
+    "Qwen wraps each call in <tool_call> and </tool_call> tags.",
     "Qwen 的模板会把调用包在 <tool_call> 标签里；Mistral 用 [TOOL_CALLS]。248 乘以 15 等于 3720。",
+    # tool schemas: "parameters" holds a JSON Schema, with or without a description
     '[{"type": "function", "function": {"name": "add", "description": "Add",'
     ' "parameters": {"type": "object", "properties": {}}}}]',
     '我的工具：\n{"name": "multiply", "description": "乘法", "parameters": {"type": "object"}}',
+    '{"name": "multiply", "parameters": {"type": "object",'
+    ' "properties": {"a": {"type": "integer"}}}}',
     '答案：\n{"result": 3720}',
     '```json\n{"result": 3720}\n```',
     "248 乘以 15 等于 3720。<|im_end|>",
@@ -421,6 +547,71 @@ def test_an_answer_that_merely_mentions_json_or_multiply_is_final(text):
     outcome, _, messages, _ = run_fake(final(text))
     assert outcome == text
     assert messages[-1] == {"role": "assistant", "content": text}
+
+
+PROSE = st.text(
+    st.characters(
+        blacklist_categories=("Cs",),
+        blacklist_characters="<>[]{}()|｜`~\"'",
+    ),
+    max_size=40,
+)
+FRAGMENTS = st.sampled_from(
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "<minimax:tool_call>",
+        "<function=",
+        "[TOOL_CALLS]",
+        "[ARGS]",
+        "<|im_end|>",
+        "<|channel|>",
+        "<|python_tag|>",
+        "<｜tool▁calls▁begin｜>",
+        "<｜DSML｜",
+        "<think>",
+        "</think>",
+        "```json\n",
+        "\n```",
+        '{"name": "multiply", "arguments": ',
+        '{"a": 248, "b": 15}',
+        '"arguments": null',
+        "multiply(",
+        "[multiply(a=1",
+        ")",
+        "{",
+        "}",
+        "[",
+        "]",
+        '"',
+        "\\",
+        ",",
+        ":",
+        "\ud800",
+        "{" * 3000,
+        "[" * 3000,
+        "248 乘以 15 等于 3720。",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.lists(st.one_of(PROSE, FRAGMENTS), max_size=10).map("".join))
+@example(text="{" * 100_000)
+@example(text='{"name": "multiply", "arguments": ' + "[" * 100_000)
+def test_reading_any_reply_for_a_written_call_never_raises(text):
+    assert lesson.looks_like_tool_call_text(text) in (True, False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sentence=PROSE.filter(lambda t: not t.lstrip().startswith(("{", "["))),
+    number=st.integers(-(10**12), 10**12),
+)
+@example(sentence="multiply 的结果是 ", number=3720)
+@example(sentence="", number=3720)
+def test_a_sentence_and_a_number_is_never_a_written_call(sentence, number):
+    assert lesson.looks_like_tool_call_text(f"{sentence}{number}") is False
 
 
 def test_the_answer_corpus_is_large_enough_to_mean_something():
@@ -503,12 +694,23 @@ def test_an_exception_from_the_request_that_is_not_the_outside_world_is_not_tran
             "502 Bad Gateway",
         ),
         ("<p>no\n\ntitle</p>", "no title"),
-        ("", "（空响应体）"),
         ({"detail": "fastapi style"}, "fastapi style"),
+        ({"error_msg": "baidu style"}, "baidu style"),
+        ({"msg": "zhipu style"}, "zhipu style"),
+        ({"base_resp": {"status_code": 1004, "status_msg": "minimax style"}}, "minimax style"),
+        (
+            {
+                "error": {
+                    "message": "Provider returned error",
+                    "metadata": {"raw": '{"error": {"message": "upstream words"}}'},
+                }
+            },
+            "upstream words",
+        ),
     ],
 )
-def test_provider_text_reads_every_error_envelope(body, text):
-    assert text in lesson.provider_text(body)
+def test_provider_words_reads_every_error_envelope(body, text):
+    assert text in lesson.provider_words(body)
 
 
 # --- whatever a provider sends, run_agent answers or raises AgentStop; nothing else ---------
@@ -594,57 +796,113 @@ def test_any_provider_output_ends_in_an_answer_or_an_agent_stop(responses):
     outcome, client, messages, lines = run_fake(*responses)
     assert isinstance(outcome, (str, AgentStop))
     assert 1 <= len(client.requests) <= MAX_STEPS
-    for line in lines:  # what reaches a person passes redact(): printed safely, whatever came
-        assert terminal_safe(lesson.redact(line, set()))
+    mask = lesson.secret_mask(set())
+    for line in lines:  # what reaches a person passes the mask: printed safely, whatever came
+        assert terminal_safe(mask(line))
     for message in messages:
         json.dumps(message, ensure_ascii=False).encode("utf-8")  # the next request can be sent
     assert unanswered_or_stray(messages) == []
     if isinstance(outcome, AgentStop):
-        assert outcome.link in {"Harness", "Provider", "Model"} and outcome.last_ok
-        assert terminal_safe(lesson.redact(outcome.reason, set()))
+        assert outcome.link in {"Harness", "Provider", "Model"}
+        assert all(terminal_safe(mask(line)) for line in reported(outcome, messages))
+        assert last_event(outcome, messages).startswith("最后一个成功事件：")
 
 
 def test_a_hostile_error_page_is_read_from_a_bounded_prefix():
     hostile = "<title>" * 40_000  # 280 KB, no closing tag: quadratic with a naive regex
-    said = lesson.provider_text(hostile)
-    assert "空响应体" not in said and "没有可读的文字" in said
+    assert lesson.provider_words(hostile) == ""
+    assert "280000" in lesson.quoted(hostile)  # no words: the report describes the body instead
     late_title = "<p>" + "a" * 4000 + "</p><title>Late title</title>"
-    assert lesson.provider_text(late_title).startswith("aaa")  # the title lies past the prefix
+    assert lesson.provider_words(late_title).startswith("aaa")  # the title lies past the prefix
     unclosed = "<title>502 Bad Gateway" + " <p>" * 20_000
-    assert lesson.provider_text(unclosed).startswith("502 Bad Gateway")
+    assert lesson.provider_words(unclosed).startswith("502 Bad Gateway")
 
 
-class SlowClient:
-    """An SDK-shaped client whose create() blocks until released (like a drip-fed response)."""
+def test_an_empty_body_has_no_words_and_is_still_described():
+    assert lesson.provider_words("") == ""
+    assert lesson.quoted("").strip() and lesson.quoted("") != lesson.quoted("  x  ")
 
-    def __init__(self):
-        import threading
 
-        self.release = threading.Event()
-        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+class SdkShaped:
+    """Stands in for the SDK client: .chat.completions.with_raw_response.create(**request)
+    returns an object whose .content is the body's bytes, or raises, or blocks until released."""
+
+    def __init__(self, *outcomes, block=False):
+        self.outcomes, self.requests, self.release = list(outcomes), [], threading.Event()
+        self.block = block
+        raw = SimpleNamespace(create=self.create)
+        self.chat = SimpleNamespace(completions=SimpleNamespace(with_raw_response=raw))
 
     def create(self, **request):
-        self.release.wait(30)
-        return "late"
+        self.requests.append(request)
+        if self.block:
+            self.release.wait(30)
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return SimpleNamespace(content=outcome)
 
 
-def test_the_deadline_client_gives_up_on_a_request_that_never_finishes():
-    slow = SlowClient()
+def online(sdk, deadline=5.0, progress=None):
+    config = {"deadline": deadline, "base_url": "http://127.0.0.1:9/v1"}
+    return lesson.OnlineClient(sdk, config, (), progress or (lambda text: None))
+
+
+def completion_bytes(**message):
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
+    choice = {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}
+    body = {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
+    return json.dumps(body).encode()
+
+
+def test_the_online_client_gives_up_on_a_request_that_never_finishes_at_the_deadline():
+    sdk, shown = SdkShaped(b"late", block=True), []
+    started = time.monotonic()
     try:
         with pytest.raises(AgentStop) as caught:
-            lesson.DeadlineClient(slow, 0.2, ()).create(model="m")
+            online(sdk, deadline=0.2, progress=shown.append).chat.completions.create(model="m")
     finally:
-        slow.release.set()
+        sdk.release.set()
+    assert time.monotonic() - started < 5  # not the 30 s the request would have taken
     stop = caught.value
     assert (stop.link, stop.exit_code) == ("SDK/网络", 3)
-    assert stop.reason.startswith("请求超时（WholeRequestTimeout") and "OPENAI_TIMEOUT" in stop.hint
+    assert "0.2" in stop.reason and "OPENAI_TIMEOUT" in stop.hint
+    assert shown[-1] == "" and any(shown)  # the waiting status was shown, then erased
 
 
-def test_the_deadline_client_passes_responses_and_harness_bugs_through():
-    ok = lesson.FakeClient("response")
-    assert lesson.DeadlineClient(ok, 5, ()).chat.completions.create(model="m") == "response"
-    assert ok.requests == [{"model": "m"}]
+def test_the_online_client_re_raises_a_harness_bug_from_inside_the_request_unchanged():
     error = ZeroDivisionError("a bug inside the request path")
     with pytest.raises(ZeroDivisionError) as caught:
-        lesson.DeadlineClient(failing_client(error), 5, ()).create(model="m")
+        online(SdkShaped(error)).chat.completions.create(model="m")
     assert caught.value is error
+
+
+def test_the_online_client_turns_completion_bytes_into_an_sdk_shaped_response():
+    call = {"id": "call_1", "type": "function"}
+    call["function"] = {"name": "multiply", "arguments": '{"a":248,"b":15}'}
+    sdk = SdkShaped(completion_bytes(content=None, tool_calls=[call]))
+    response = online(sdk).chat.completions.create(model="m", messages=[], tools=lesson.TOOLS)
+    assert sdk.requests == [{"model": "m", "messages": [], "tools": lesson.TOOLS}]
+    choice = response.choices[0]
+    assert (choice.finish_reason, choice.message.content) == ("tool_calls", None)
+    (read,) = choice.message.tool_calls
+    assert (read.id, read.type, read.function.name) == ("call_1", "function", "multiply")
+    assert read.function.arguments == '{"a":248,"b":15}'
+
+
+def test_run_agent_through_the_online_client_reaches_the_answer(capsys):
+    call = {"id": "call_1", "type": "function"}
+    call["function"] = {"name": "multiply", "arguments": '{"a":248,"b":15}'}
+    sdk = SdkShaped(
+        completion_bytes(content=None, tool_calls=[call]),
+        completion_bytes(content="248 乘以 15 等于 3720。"),
+    )
+    messages = []
+    answer = lesson.run_agent(online(sdk), "m", "q", messages)
+    assert answer == "248 乘以 15 等于 3720。"
+    assert sdk.requests[1]["messages"][2] == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": RESULT_3720,
+    }
+    assert messages[1]["content"] == ""  # null beside the calls is kept as ""

@@ -77,7 +77,7 @@ PLANTED_BUGS = {
         "not isinstance(value, int)",
     ),
     "range unchecked": ("abs(value) > MAX_ABS_VALUE", "False"),
-    "duplicate keys take the last": ("if repeated:", "if False:"),
+    "duplicate keys take the last": ("if len(set(keys)) < len(keys):", "if False:"),
     "extra keys allowed": (
         'if set(arguments) != {"a", "b"}:',
         'if not {"a", "b"} <= set(arguments):',
@@ -112,14 +112,17 @@ PLANTED_BUGS = {
         'ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details", "reasoning")',
     ),
     "think block printed as the answer": (
-        "text = without_reasoning(text_of(message.content))",
-        "text = text_of(message.content)",
+        'return without_reasoning("".join(',
+        'return ("".join(',
     ),
     "missing ids accepted": ("not all(ids) or ", ""),
     "duplicate ids accepted": (" or len(set(ids)) < len(ids)", ""),
     "tool_call_id dropped": ('"tool_call_id": call.id', '"tool_call_id": ""'),
     "one request too many": ("range(1, MAX_STEPS + 1)", "range(1, MAX_STEPS + 2)"),
-    "loose JSON": ('separators=(",", ":")', 'separators=(", ", ": ")'),
+    "loose JSON": (
+        'json.dumps(payload, ensure_ascii=False, separators=(",", ":"))',
+        'json.dumps(payload, ensure_ascii=False, separators=(", ", ": "))',
+    ),
     "Schema loses additionalProperties False": ('"additionalProperties": False,', ""),
     'Schema\'s a becomes "number"': ('"a": {"type": "integer"},', '"a": {"type": "number"},'),
     "Schema requires only a": ('"required": ["a", "b"],', '"required": ["a"],'),
@@ -128,6 +131,11 @@ PLANTED_BUGS = {
         "if not any(False",
     ),
     "call written as text accepted": ("if looks_like_tool_call_text(text):", "if False:"),
+    # issue 24: Ollama, old LM Studio and llama-cpp-python refuse content: null beside calls
+    "content null kept beside tool calls": (
+        '"content": message.content or ""',
+        '"content": message.content',
+    ),
 }
 
 
