@@ -8,8 +8,8 @@
 user -> assistant(tool_calls) -> tool(tool_call_id, result) -> assistant(final)
 
 第一部分是课文（§1–§7，编号与课文相同），每条规则和它防的是什么都写在这里；第二部分是自检和
---demo（没有 API Key 也能看 Loop 真跑一遍）；第三部分是附录，只替第一部分格式化文字、判定细节、
-诊断真实世界的失败（读响应的字节、翻译请求失败、检查环境变量、安全地打印）。
+--demo（没有 API Key 也能看 Loop 真跑一遍）；第三部分只替第一部分格式化文字、判定细节、诊断
+真实世界的失败（读响应的字节、翻译请求失败、检查环境变量、安全地打印）。
 """
 
 from __future__ import annotations
@@ -807,7 +807,7 @@ PHRASES = [
     (r"paid balance|arrearage|overdue|good standing|free tier|余额不足|欠费|额度", HINT_BALANCE),
     (r"bind your", HINT_WORDS),  # 魔搭的 401：先去绑定阿里云账号，不是 key 错了
     (r"api.?key (not valid|is invalid)|incorrect api.?key|invalid (api.?key|token)", HINT_KEY),
-    (r"invalid authentication|authentication fail|无效的令牌|token ?(非法|已过期)", HINT_KEY),
+    (r"token invalid", HINT_KEY),  # 百度在 HTTP 200 里说 Access token invalid
     (r"model\b.{0,60}(does not exist|not found)|not found the model", HINT_MODEL),
     (r"not activated the model|endpoint that does not exist|not supported for format", HINT_MODEL),
     (r"无可用渠道|模型不存在|无权(使用|访问)模型", HINT_MODEL),
@@ -818,24 +818,24 @@ WORDS = r'"(?:message|msg|error_msg|status_msg|detail|error|raw)": "((?:[^"\\]|\
 def provider_words(body: object) -> str:
     """Provider 的原话：错误体里给人看的话，不论信封（error.message、message、msg、error_msg、
     base_resp.status_msg、detail、一段文字；OpenRouter 在 metadata.raw 里附上游的原话）。
-    网页取标题。"""
+    网页取标题。返回的原话最多 4000 个字符：认字样用整段，引用时才截短。"""
     if isinstance(body, str) and body.lstrip()[:1] in ("{", "["):
         with contextlib.suppress(ValueError, RecursionError):
             body = json.loads(body)
     if isinstance(body, str):
         page = body[:4000]  # 只看开头：找标题的工作量有上限
         title = re.search(r"(?is)<title>(.*?)(?:</title>|$)", page)
-        return clip(" ".join(re.sub(r"<[^<>]*(>|$)", " ", title[1] if title else page).split()))
+        return " ".join(re.sub(r"<[^<>]*(>|$)", " ", title[1] if title else page).split())
     said = [json.loads(f'"{text}"') for text in re.findall(WORDS, json.dumps(body, default=repr))]
     said = [provider_words(text) if text.lstrip()[:1] in ("{", "[") else text for text in said[:3]]
-    return clip("：".join(dict.fromkeys(text for text in said if text.strip())))
+    return clip("：".join(dict.fromkeys(text for text in said if text.strip())), 4000)
 
 
 def quoted(body: object) -> str:
     """报告里引用的原话；没有话可引时，说出响应体是什么样子。"""
     words = provider_words(body)
     if words or not isinstance(body, str):
-        return words or clip(body)
+        return clip(words or body)
     return f"（{len(body)} 个字符的响应体里没有可读的文字）" if body.strip() else "（响应体是空的）"
 
 

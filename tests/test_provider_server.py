@@ -260,8 +260,8 @@ def test_bad_gzip_says_gzip_but_is_not(provider):
 RECORDED = sorted(path.name for path in RECORDINGS.glob("*.json"))
 
 
-def test_there_are_eleven_recordings():
-    assert len(RECORDED) == 11
+def test_there_are_thirteen_recordings():
+    assert len(RECORDED) == 13
 
 
 @pytest.mark.parametrize("name", RECORDED)

@@ -434,11 +434,46 @@ def test_harmony_markup_is_a_call_written_as_text(run, provider, content):
     assert len(provider.requests) == 1
 
 
-def test_an_answer_that_only_mentions_harmony_markup_is_still_an_answer(run, provider):
+def test_harmony_markup_inside_prose_is_still_a_call_written_as_text(run, provider):
+    # Rule 1: template control markup anywhere in the reply means the server did not parse (or
+    # leaked) its template, even when prose surrounds it
     text = "gpt-oss 的调用以 <|channel|> 开头、以 <|call|> 结尾。248 乘以 15 等于 3720。"
+    provider.script(completion(content=text), FINAL)
+    result = run(OPENAI_MODEL="gpt-oss-20b")
+    assert_stopped(result, 1, "[Provider] step 1: ")
+    assert result.err.splitlines()[1].endswith(lesson.HINT_CALL_AS_TEXT)
+    assert result.out.splitlines() == ["step 1: finish_reason=stop"]
+    assert len(provider.requests) == 1
+
+
+def test_an_answer_that_names_call_tags_without_a_call_is_still_an_answer(run, provider):
+    # <tool_call> and [TOOL_CALLS] count only when a call follows them
+    text = "Qwen 把调用包在 <tool_call> 标签里；Mistral 用 [TOOL_CALLS]。248 乘以 15 等于 3720。"
     provider.script(completion(content=text))
     result = run()
-    assert (result.code, result.out.splitlines()[-1]) == (0, f"Agent> {text}"), result.everything
+    assert (result.code, result.err) == (0, ""), result.everything
+    assert result.out.splitlines() == ["step 1: finish_reason=stop", f"Agent> {text}"]
+
+
+# --- 5b. A real 1.5B model behind the GGUF's own template writes calls as text ----------------
+# Recordings 12-13 (tests/recordings/README.md): llama-server, Qwen2.5-Coder-1.5B-Instruct, the
+# GGUF's chat template, 2026-12-02. Neither names an offered tool; both are calls, not answers.
+
+STOCK_TEMPLATE_CALLS = [
+    "12-stock-template-fenced-call-arguments-null",
+    "13-stock-template-call-extra-closing-brace",
+]
+
+
+@pytest.mark.parametrize("name", STOCK_TEMPLATE_CALLS)
+def test_a_real_models_call_written_as_text_stops_the_turn(run, provider, name):
+    _, reply = recording(name)
+    provider.script(reply, FINAL)
+    result = run(OPENAI_MODEL="qwen2.5-coder-1.5b")
+    assert_stopped(result, 1, "[Provider] step 1: ")
+    assert result.err.splitlines()[1].endswith(lesson.HINT_CALL_AS_TEXT)
+    assert result.out.splitlines() == ["step 1: finish_reason=stop"]  # no Agent> line
+    assert len(provider.requests) == 1
 
 
 # --- 6. Think blocks in content (MiniMax M2.x: anomalyco/opencode#3555) -----------------------
