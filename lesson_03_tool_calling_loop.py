@@ -553,24 +553,25 @@ def secrets_in(environment: dict) -> set:
 
 
 def secret_mask(secrets: set) -> object:
-    """唯一的遮罩（返回做这件事的函数）：秘密的任何写法（原样、折成一行、JSON 转义、大小写两种
-    %-转义）整段换成 ***；从某种写法的前 8 个字符起、连着秘密所用字符的一段（被人截断了的、又转义
-    了一层的）也换成 ***。任何地址里的 用户名:密码@ 换成 ***@，能操纵终端的字符写成 \\uXXXX。"""
+    """唯一的遮罩（返回做这件事的函数）：秘密的任何写法（原样、折成一行、JSON 转义一两层、大小写
+    两种 %-转义）整段换成 ***；从某种写法的前 8 个字符起、连着秘密所用字符的一段（被人截断了的、
+    藏在别的字里的）也换成 ***。任何地址里的 用户名:密码@ 换成 ***@，控制字符写成 \\uXXXX。"""
     from urllib.parse import quote
 
-    forms = set()
+    forms, starts, alphabet = set(), set(), set()
     for secret in secrets:
-        escaped = quote(secret, safe="")
-        forms |= {
-            secret,
-            " ".join(secret.split()),
-            escaped,
-            re.sub("%..", lambda m: m[0].lower(), escaped),
-        }
-        forms |= {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+        escaped, once = quote(secret, safe=""), json.dumps(secret)[1:-1]
+        lower = re.sub("%..", lambda match: match[0].lower(), escaped)
+        these = {secret, " ".join(secret.split()), once, json.dumps(once)[1:-1], escaped, lower}
+        these.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+        starts |= {re.escape(form[:8]) for form in these if len(form) >= 8}
+        alphabet |= set("".join(these))
+        if not any(
+            secret != other and secret in other for other in secrets
+        ):  # key 里的一段不算整段
+            forms |= these
     whole = "|".join(map(re.escape, sorted(forms, key=len, reverse=True)))
-    starts = "|".join({re.escape(form[:8]) for form in forms if len(form) >= 8})
-    run = f"(?:{starts})[{re.escape(''.join(set(''.join(forms))))}]*" if starts else ""
+    run = f"(?:{'|'.join(starts)})[{re.escape(''.join(alphabet))}]*" if starts else ""
     secret = re.compile("|".join(filter(None, (whole, run))) or r"(?!)")
 
     def mask(text: str) -> str:
@@ -1025,7 +1026,8 @@ def config_problem(name: str, values: dict) -> tuple:
     if re.fullmatch(r"""["'“‘].*["'”’]""", value, re.S):
         return "两边带着引号（多半是从 .env 文件连引号一起复制的）", "去掉两边的引号"
     if re.fullmatch(r"\$\{?[A-Za-z_]\w*\}?|%[A-Za-z_]\w*%", value):
-        return f"是没展开的变量 {value}", "单引号里的 $X 不展开：改用双引号，并确认它已 export"
+        name = value.strip("${}%")  # 整个值可能被当成 key 遮住，名字单独说
+        return f"是没展开的变量 {name}", "单引号里的 $X 不展开：改用双引号，并确认它已 export"
     if re.search(r"\.\.\.|…|<[^<>]*>|\byour[-_]|provider\.example", value):
         return "还是 README 或课文里的占位符", "换成你自己的真实值"
     if name == "OPENAI_API_KEY" and re.match(r"(?i)bearer\s", value):

@@ -12,7 +12,6 @@ from tests.provider_server import ProviderServer, completion
 from tests.runs import Run
 
 KEY = "sk-cli-secret-0123456789"
-SCRIPT_NAME = "lesson_03_tool_calling_loop.py"
 
 
 @pytest.fixture
@@ -93,7 +92,6 @@ BAD_CONFIGURATION = [
     pytest.param(
         {"OPENAI_BASE_URL": "http://127.0.0.1:99999/v1"}, "OPENAI_BASE_URL", id="port-99999"
     ),
-    pytest.param({"OPENAI_BASE_URL": "http://127.0.0.1:0/v1"}, "OPENAI_BASE_URL", id="port-0"),
     pytest.param({"OPENAI_BASE_URL": "http://127.0.0.1:abc/v1"}, "OPENAI_BASE_URL", id="port-abc"),
     pytest.param({"OPENAI_BASE_URL": "http://[::1/v1"}, "OPENAI_BASE_URL", id="unclosed-ipv6"),
     pytest.param({"OPENAI_BASE_URL": "ftp://127.0.0.1:{port}/v1"}, "OPENAI_BASE_URL", id="ftp"),
@@ -101,9 +99,6 @@ BAD_CONFIGURATION = [
         {"OPENAI_BASE_URL": "http://127.0.0.1:{port}/v1?api-version=2024-01-01"},
         "OPENAI_BASE_URL",
         id="query-string",
-    ),
-    pytest.param(
-        {"OPENAI_BASE_URL": "http://127.0.0.1:{port}/v1#fragment"}, "OPENAI_BASE_URL", id="fragment"
     ),
     pytest.param(
         {"OPENAI_BASE_URL": "http://user:pass@127.0.0.1:{port}/v1"},
@@ -284,9 +279,114 @@ def test_an_address_with_an_account_id_in_its_path_is_not_taken_for_a_key(run, e
     # Cloudflare Workers AI: https://api.cloudflare.com/client/v4/accounts/{account_id}/ai/v1
     # (developers.cloudflare.com/workers-ai/configuration/open-ai-compatibility, no date); the id
     # is 32 hex digits. A valid address: the request is sent, whatever the server then answers.
+    # (The scripted server answers only /v1/chat/completions: here it says 404, exit 3.)
     path = "/client/v4/accounts/023e105f4ecef8ad9ca31a8372d0c353/ai/v1"
     result = run([], {**env, "OPENAI_BASE_URL": f"http://127.0.0.1:{server.port}{path}"})
-    assert result.code != 2 and server.requests, result.err
+    sent = [request.path for request in server.requests]
+    assert (result.code != 2, sent) == (True, [f"{path}/chat/completions"]), result.err
+
+
+# Mechanism 7: the environment is read once, and each class of mistake a learner makes with it is
+# named before anything is sent. (overrides, the names the report must contain, the mistake)
+# "{base}" is the shared server's base URL, None removes the variable.
+ENVIRONMENT_MISTAKES = [
+    pytest.param(
+        {"OPENAI_MODEL": "https://api.deepseek.com/v1", "OPENAI_BASE_URL": "deepseek-chat"},
+        ["OPENAI_MODEL", "OPENAI_BASE_URL"],
+        "填反",
+        id="model-and-base-url-swapped",
+    ),
+    *(
+        pytest.param({"OPENAI_API_KEY": value}, ["OPENAI_API_KEY"], "展开", id=f"unexpanded-{how}")
+        for how, value in [
+            ("dollar", "$DEEPSEEK_API_KEY"),
+            ("braces", "${DEEPSEEK_API_KEY}"),
+            ("percent", "%DEEPSEEK_API_KEY%"),
+        ]
+    ),
+    pytest.param({"OPENAI_API_KEY": "sk-..."}, ["OPENAI_API_KEY"], "占位符", id="readme-key"),
+    pytest.param(
+        {"OPENAI_BASE_URL": "https://<你的网关>/v1"},
+        ["OPENAI_BASE_URL"],
+        "占位符",
+        id="readme-gateway",
+    ),
+    pytest.param(
+        {"OPENAI_BASE_URL": None, "OPENAI_API_BASE": "{base}"},
+        ["OPENAI_BASE_URL", "OPENAI_API_BASE"],
+        "",
+        id="old-name-OPENAI_API_BASE",
+    ),
+    pytest.param(
+        {"OPENAI_API_KEY": None, "openai_api_key": KEY},
+        ["OPENAI_API_KEY", "openai_api_key"],
+        "",
+        id="lower-case-name",
+    ),
+    pytest.param(
+        {"OPENAI_MODEL": None, "OPENAI_MODLE": "test-model"},
+        ["OPENAI_MODEL", "OPENAI_MODLE"],
+        "",
+        id="misspelt-name",
+    ),
+]
+
+
+def with_base(env, server, overrides):
+    variables = {**env, **overrides}
+    return {
+        name: value.replace("{base}", server.base_url)
+        for name, value in variables.items()
+        if value is not None
+    }
+
+
+@pytest.mark.parametrize(("overrides", "names", "mistake"), ENVIRONMENT_MISTAKES)
+def test_an_environment_mistake_exits_2_naming_it_before_any_request(
+    run, env, server, overrides, names, mistake
+):
+    server.script(completion(content="42"))  # were the mistake missed, a request would get this
+    result = run([], with_base(env, server, overrides))
+    assert (result.code, len(result.err_lines), result.out, server.requests) == (2, 2, "", [])
+    first, second = result.err_lines
+    assert first.startswith("[Harness] ") and second.startswith("建议："), result.err
+    assert [name for name in names if name not in result.err] == [], result.err
+    assert mistake in result.err and KEY not in result.err
+
+
+def test_an_unexpanded_reference_names_the_variable_that_was_not_expanded(run, env, server):
+    result = run([], {**env, "OPENAI_API_KEY": "${DEEPSEEK_API_KEY}"})
+    assert (result.code, "DEEPSEEK_API_KEY" in result.err) == (2, True), result.err
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({"OPENAI_MODEL": "Qwen/Qwen2.5-7B-Instruct"}, id="model-with-dots-and-slash"),
+        pytest.param({"OPENAI_MODEL": "deepseek-v4-flash", "OPENAI_TIMEOUT": "60"}, id="timeout"),
+        pytest.param({"OPENAI_MODEL": "qwen2.5:7b", "OPENAI_API_KEY": "local"}, id="local-key"),
+    ],
+)
+def test_a_near_miss_is_not_reported(run, env, server, overrides):
+    server.script(completion(content="42"))
+    result = run([], {**env, **overrides})
+    sent = [request.body["model"] for request in server.requests]
+    assert (result.code, sent, result.err) == (0, [overrides["OPENAI_MODEL"]], ""), result.err
+
+
+def test_main_reads_only_its_environ_argument(run, env, server, closed_port_url, monkeypatch):
+    # os.environ points elsewhere: another key, another model, an endpoint that refuses
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-os-environ-9876543210")
+    monkeypatch.setenv("OPENAI_MODEL", "model-from-os-environ")
+    monkeypatch.setenv("OPENAI_BASE_URL", closed_port_url)
+    server.script(completion(content="42"))
+    result = run([], env)
+    assert (result.code, result.out.splitlines()[-1:]) == (0, ["Agent> 42"]), result.err
+    [request] = server.requests
+    assert (request.body["model"], request.headers["authorization"]) == (
+        "test-model",
+        f"Bearer {KEY}",
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -319,6 +419,24 @@ def test_a_usage_error_exits_2_with_the_usage_line(run, env, args):
 def test_a_usage_error_prints_two_stderr_lines_and_sends_nothing(run, env, server, args):
     result = run(args, env)
     assert (len(result.err_lines), result.out, server.requests) == (2, "", []), result.err
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("—show-messages", "--show-messages"),
+        ("－－demo", "--demo"),
+        ("——self-check", "--self-check"),
+    ],
+)
+def test_an_option_typed_with_an_input_methods_dashes_suggests_the_ascii_one(
+    run, env, server, typed, meant
+):
+    server.script(completion(content="42"))  # taken for a question, it would be sent
+    result = run([typed], env)
+    assert (result.code, result.out, server.requests) == (2, "", []), result.err
+    first = result.err_lines[0]
+    assert first.startswith("参数错误") and typed in first and meant in first, first
 
 
 @pytest.mark.parametrize(
@@ -374,17 +492,15 @@ def test_help_names_every_variable_the_script_reads(run, flag, variable):
 @HELP_FLAGS
 def test_help_lists_every_exit_code(run, flag):
     out = run([flag], {}).out
-    section = out.split("退出码", 1)[1].split("例子", 1)[0]
+    section = out.split("退出码", 1)[1]
     listed = {int(code) for code in re.findall(r"(?:^|[：；\s])(\d+) ", section)}
     assert listed == {0, 1, 2, 3, 4, 130}, section
 
 
 @HELP_FLAGS
-def test_help_shows_at_least_two_example_commands(run, flag):
-    out = run([flag], {}).out
-    examples = out.split("例子", 1)[1].splitlines()
-    commands = [line for line in examples if SCRIPT_NAME in line]
-    assert len(commands) >= 2, examples
+def test_help_points_at_the_readme_for_the_rest(run, flag):
+    # The examples and each provider's settings live in README.md, next to the script
+    assert "README" in run([flag], {}).out
 
 
 # ---------------------------------------------------------------------------

@@ -174,13 +174,12 @@ def test_a_local_endpoint_works_behind_a_proxy_when_no_proxy_covers_it(run, prov
 
 
 @pytest.mark.skipif(importlib.util.find_spec("socksio") is not None, reason="socksio installed")
-def test_a_socks_proxy_without_the_extra_says_to_install_it_or_bypass_it(run, provider):
+def test_a_socks_proxy_without_the_extra_names_the_variable_and_the_extra(run, provider):
     result = run(all_proxy="socks5://127.0.0.1:7890")
     first, second = report(result)
     assert result.code == 2 and provider.requests == []
-    assert first.startswith("[Harness] SDK 用不了代理 all_proxy=socks5://127.0.0.1:7890")
-    assert "python -m pip install socksio" in second
-    assert "NO_PROXY" in second and "unset all_proxy" in second
+    assert first.startswith("[Harness] ") and "socksio" in first  # the library's own words
+    assert "all_proxy" in second and "pip install socksio" in second
 
 
 def test_a_proxy_password_is_not_printed(run, provider):
@@ -209,15 +208,17 @@ def test_a_bad_certificate_variable_is_named_even_for_a_plain_http_endpoint(
     if what == "junk":
         path = tmp_path / "stale-conda-ca.pem"
         path.write_text("not a certificate\n")
-    # A valid SSL_CERT_FILE beside: the report must pick the variable that is broken. (Only
-    # with it does httpx2 build its context through ssl.create_default_context, which reads
-    # SSLKEYLOGFILE; httpx always does.)
+    # A valid SSL_CERT_FILE beside (only with it does httpx2 build its context through
+    # ssl.create_default_context, which reads SSLKEYLOGFILE; httpx always does). One report for
+    # a client the SDK cannot build: its hint names every such variable that is set, and only
+    # those; nothing was sent, so the endpoint is not blamed.
     valid = {"SSL_CERT_FILE": str(SELF_SIGNED)} if variable != "SSL_CERT_FILE" else {}
     result = run(**valid, **{variable: str(path)})
     first, second = report(result)
     assert result.code == 2 and provider.requests == []
-    assert first.startswith(f"[Harness] {variable} 指向的文件不能用")
-    assert f"unset {variable}" in second and "OPENAI_BASE_URL" not in result.err
+    assert first.startswith("[Harness] ") and "OPENAI_BASE_URL" not in result.err
+    named = {name for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "SSLKEYLOGFILE") if name in second}
+    assert named == {"SSL_CERT_FILE", variable}, second
 
 
 @pytest.fixture
@@ -274,32 +275,6 @@ def test_a_redirect_loop_is_called_a_redirect_loop(run, provider):
     assert "curl -I" in second
 
 
-OUT_OF_THREADS = """
-import resource, sys, threading
-sys.path.insert(0, sys.argv[1])
-import openai, lesson_03_tool_calling_loop as lesson
-threading.stack_size(256 * 1024 * 1024)  # the next thread needs 256 MiB of address space...
-used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
-resource.setrlimit(resource.RLIMIT_AS, (used + 64 * 1024 * 1024,) * 2)  # ...and gets 64
-sys.exit(lesson.main([], dict(__import__("os").environ)))
-"""
-
-
-@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux /proc")
-def test_an_os_that_refuses_a_thread_is_named_as_the_os(provider):
-    env = child_environment(OPENAI_BASE_URL=provider.base_url)
-    done = subprocess.run(
-        [sys.executable, "-c", OUT_OF_THREADS, str(SCRIPT.parent)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 3, done.stderr
-    assert done.stderr.startswith("[SDK/网络] step 1: 操作系统拒绝了"), done.stderr
-    assert "ulimit" in done.stderr and "openai 的版本" not in done.stderr
-
-
 # ---------------------------------------------------------------------------
 # The SDK itself: shadowed by a learner's file, or not installed in this interpreter
 # ---------------------------------------------------------------------------
@@ -321,8 +296,8 @@ def test_a_learners_own_openai_next_to_the_script_is_named(tmp_path, shadow):
     )
     first, second = done.stderr.splitlines()
     assert done.returncode == 2
-    assert first == f"[Harness] 导入的 openai 不是 SDK，而是 {path}"
-    assert second.startswith("建议：给它改个名字") and "pip install" not in second
+    assert first.startswith("[Harness] ") and str(path) in first  # the file to rename
+    assert second.startswith("建议：") and "openai.py" in second
 
 
 def test_without_the_sdk_the_hint_is_to_activate_the_readme_venv(run, monkeypatch):
@@ -336,68 +311,42 @@ def test_without_the_sdk_the_hint_is_to_activate_the_readme_venv(run, monkeypatc
 # OPENAI_* variables the SDK would read on its own
 # ---------------------------------------------------------------------------
 
-OFFICIAL = "https://api.openai.com/v1"
-
-
-@pytest.mark.parametrize(
-    ("variable", "value", "where"),
-    [("OPENAI_PROJECT_ID", "项目", "第 1 个字符"), ("OPENAI_ORG_ID", "a\nb", "第 2 个字符是空白")],
-)
-def test_an_unsendable_org_or_project_for_openai_is_a_configuration_error(
-    run, variable, value, where
-):
-    # Refused before any client exists: no request leaves this machine.
-    result = run(OPENAI_BASE_URL=OFFICIAL, **{variable: value})
-    first, _ = report(result)
-    assert result.code == 2
-    assert first.startswith(f"[Harness] {variable} 不可用") and where in first
-
-
-def test_a_windows_line_ending_after_the_org_id_is_not_sent():
-    environ = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_ORG_ID": "org-abc123\r"}
-    assert lesson.check_config(environ)["organization"] == "org-abc123"
-
-
-def test_org_and_project_go_to_openai_itself():
-    config = lesson.check_config(
-        {
-            "OPENAI_API_KEY": KEY,
-            "OPENAI_MODEL": "m",
-            "OPENAI_ORG_ID": "org-1",
-            "OPENAI_PROJECT_ID": "proj_1",
-        }
-    )
-    sdk = lesson.make_client(config).client
-    assert (str(sdk.base_url).rstrip("/"), sdk.organization, sdk.project) == (
-        OFFICIAL,
-        "org-1",
-        "proj_1",
-    )
-
 
 def test_leftover_openai_variables_do_not_travel_to_a_third_party_or_replace_the_key(run, provider):
+    # The SDK itself reads OPENAI_ORG_ID and OPENAI_PROJECT_ID from os.environ (the runner puts
+    # them there): only the script's refusal keeps them off the wire.
     provider.script(FINAL)
     result = run(
         OPENAI_ORG_ID="org-leftover\r",
         OPENAI_PROJECT_ID="proj_leftover",
-        OPENAI_CUSTOM_HEADERS="Authorization: Bearer sk-someone-elses-key\nX-Team: 值",
         OPENAI_ADMIN_KEY="sk-admin-leftover",
     )
     assert result.code == 0, result.everything
     sent = provider.requests[0].headers
     assert sent["authorization"] == f"Bearer {KEY}"
-    assert not {"openai-organization", "openai-project", "x-team"} & set(sent)
+    assert not {"openai-organization", "openai-project"} & set(sent)
+    leftovers = ("org-leftover", "proj_leftover", "sk-admin-leftover")
+    assert [value for value in sent.values() if any(word in value for word in leftovers)] == []
+
+
+def test_openai_custom_headers_is_a_configuration_error_naming_it(run, provider):
+    # The SDK would send every header in it, someone else's key too, to this endpoint.
+    provider.script(FINAL)
+    result = run(OPENAI_CUSTOM_HEADERS="Authorization: Bearer sk-someone-elses-key\nX-Team: 值")
+    first, second = report(result)
+    assert (result.code, provider.requests) == (2, []), result.everything
+    assert first.startswith("[Harness] ") and "OPENAI_CUSTOM_HEADERS" in first + second
+    assert "sk-someone" not in result.everything
 
 
 def test_building_the_client_leaves_the_environment_as_it_was(monkeypatch):
     monkeypatch.setenv("OPENAI_ORG_ID", "org-leftover")
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     before = dict(os.environ)
-    lesson.make_client(
-        lesson.check_config(
-            {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
-        )
-    )
+    environ = {**os.environ, "OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"}
+    environ["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"
+    config = lesson.check_config(lesson.read_environment(environ))
+    lesson.make_client(config, lambda text: None)
     assert dict(os.environ) == before
 
 
@@ -643,4 +592,4 @@ def test_in_one_pipe_the_report_comes_after_the_steps_and_nothing_else_is_added(
     assert done.returncode == 3 and len(lines) == 4, done.stdout
     assert lines[:2] == ARTICLE_LINES[:2]
     assert lines[2].startswith("[Provider] step 2: HTTP 400：bad second turn")
-    assert lines[3].startswith("最后一个成功事件：step 1: call_1 的 Tool Result 已写入历史")
+    assert lines[3].startswith("最后一个成功事件：call_1 的 Tool Result 已写入历史")

@@ -1,6 +1,7 @@
 """One source of truth for the proxy: the script asks the SDK's own HTTP library, never guesses.
 
-make_client() decides the proxy once with proxy_for(), through the library's own
+make_client(config, progress) decides the proxy once with proxy_for(config, http), through the
+library's own
 get_environment_proxies() and URLPattern (httpx for openai<3, httpx2 for openai 3.x), and
 hands the SDK only that decision: an explicit transport, trust_env off. These tests hold the
 decision against the library itself (a Client built the default way, reading the same
@@ -101,10 +102,17 @@ def library_decision(url):
         return proxy_of(client._transport_for_url(HTTP.URL(url)))
 
 
+def config_for(url):
+    """check_config()'s answer for `url`, from the variables the script reads in os.environ now
+    (where the library reads its proxies), as main(argv, dict(os.environ)) would build it."""
+    environ = {**os.environ, "OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": url}
+    return lesson.check_config(lesson.read_environment(environ))
+
+
 def script_decision(url):
     """proxy_for()'s answer on the same scale: (variable, proxy), (), or ("raises", type)."""
     try:
-        return lesson.proxy_for(url, HTTP)
+        return lesson.proxy_for(config_for(url), HTTP)
     except Exception as error:
         return ("raises", type(error))
 
@@ -267,7 +275,8 @@ def test_every_no_proxy_form_is_decided_for_every_target_as_the_library_decides(
 
 @pytest.fixture
 def run(provider, capsys, monkeypatch):
-    """Run main() in-process; variables go into os.environ too, where proxy_for() reads them."""
+    """Run main() in-process with dict(os.environ): the variables go into os.environ too, where
+    the HTTP library reads them, as the command line does."""
     return environ_runner(provider, capsys, monkeypatch, KEY)
 
 
@@ -326,7 +335,7 @@ def test_a_socks_proxy_without_socksio_is_harmless_when_no_proxy_covers_the_endp
     result = run(ALL_PROXY=SOCKS, NO_PROXY=no_proxy.format(port=provider.port))
     # (A Client built the default way would not even start: it builds every mount, the socks
     # one too. The script builds only the transport it chose.)
-    assert lesson.proxy_for(provider.base_url, HTTP) == ()
+    assert lesson.proxy_for(config_for(provider.base_url), HTTP) == ()
     assert (result.code, result.out.splitlines(), result.err) == (0, ARTICLE_LINES, "")
 
 
@@ -338,8 +347,8 @@ def test_a_socks_proxy_without_socksio_for_the_endpoint_is_a_configuration_error
     result = run(ALL_PROXY=SOCKS, **({} if no_proxy is None else {"NO_PROXY": no_proxy}))
     first, second = report(result)
     assert result.code == 2 and provider.requests == []
-    assert first.startswith(f"[Harness] SDK 用不了代理 ALL_PROXY={SOCKS}")
-    assert "pip install socksio" in second and "unset ALL_PROXY" in second
+    assert first.startswith("[Harness] ") and "ALL_PROXY" in second, result.err
+    assert "socksio" in second and "HTTPS_PROXY" not in result.err  # what is set, not all
 
 
 @pytest.mark.parametrize("variable", ["HTTP_PROXY", "http_proxy", "ALL_PROXY"])
@@ -359,8 +368,8 @@ def test_an_https_proxy_that_speaks_plain_http_is_blamed_on_the_proxy(run, provi
 # ---------------------------------------------------------------------------
 
 
-def config_for(url):
-    return lesson.check_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": url})
+def no_progress(text):
+    """make_client()'s progress callback: nothing is sent here, so nothing waits."""
 
 
 URLS = ("http://127.0.0.1:9/v1", "http://api.example.com/v1", "https://api.example.com/v1")
@@ -392,7 +401,7 @@ def test_make_client_leaves_os_environ_exactly_as_it_was(monkeypatch, variables,
     seen = []
     for url in URLS:
         try:
-            seen.append(lesson.make_client(config_for(url)).proxy)
+            seen.append(lesson.make_client(config_for(url), no_progress).proxy)
         except lesson.AgentStop as stop:
             seen.append(stop.exit_code)
         assert dict(os.environ) == before, url
@@ -404,8 +413,9 @@ def test_the_sdk_gets_exactly_the_decision_and_reads_no_proxy_variable_itself(mo
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:3128")
     monkeypatch.setenv("HTTPS_PROXY", "https://127.0.0.1:3129")
     monkeypatch.setenv("NO_PROXY", "127.0.0.0/8,::1,localhost")
-    decided = lesson.proxy_for(url, HTTP)
-    sent_with = lesson.make_client(config_for(url)).client._client  # the SDK's HTTP client
+    decided = lesson.proxy_for(config_for(url), HTTP)
+    client = lesson.make_client(config_for(url), no_progress)
+    sent_with = client.client._client  # the SDK's HTTP client
     assert sent_with.trust_env is False and sent_with._mounts == {}
     chosen = sent_with._transport_for_url(HTTP.URL(url))
     assert chosen is sent_with._transport
@@ -433,3 +443,25 @@ def test_a_no_proxy_entry_the_library_cannot_parse_is_a_configuration_error_not_
         assert first.startswith("[Harness] ") and "NO_PROXY" in second
     else:
         assert result.code == 0, result.everything
+
+
+# ---------------------------------------------------------------------------
+# A library without the helpers proxy_for() asks: the SDK decides, and the run goes on
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("via_proxy", [False, True], ids=["direct", "sdk-reads-http-proxy"])
+def test_without_the_librarys_proxy_helpers_the_sdk_decides_and_the_run_succeeds(
+    run, provider, closed_port_url, monkeypatch, via_proxy
+):
+    monkeypatch.delattr(HTTP._utils, "get_environment_proxies")
+    provider.script(TOOL_TURN, FINAL)
+    if via_proxy:  # the endpoint refuses; only the SDK's own reading of HTTP_PROXY gets through
+        proxy = provider.base_url.removesuffix("/v1")  # the provider answers as a forward proxy
+        result = run(OPENAI_BASE_URL=closed_port_url, HTTP_PROXY=proxy)
+    else:
+        result = run()
+    assert lesson.proxy_for(config_for(closed_port_url), HTTP) is None  # the path under test
+    assert (result.code, result.out.splitlines(), result.err) == (0, ARTICLE_LINES, "")
+    absolute = [request.path.startswith("http://") for request in provider.requests]
+    assert absolute == [via_proxy] * 2

@@ -6,8 +6,9 @@ configuration error (2), request failure (3), a loop stop (1), success (0) and a
 (1, with its traceback). The provider and the model echo the secret back wherever they can
 (error bodies, an HTML title cut at 4000 characters, content, tool-call arguments and ids).
 Whatever happens, no form of it reaches stdout or stderr: not as it is, not its first 8
-characters, not JSON-escaped, not URL-encoded. Two direct tests show the masking is the
-rule itself (redact, secrets_in), not an artefact of one path.
+characters, not JSON-escaped, not URL-encoded. Direct tests show the masking is the rule
+itself (secrets_in, secret_mask), not an artefact of one path: a property over random keys and
+every encoding a provider uses, and the two leaks of issue 23 end to end.
 
 The SDK's HTTP client reads proxies and certificate files from os.environ, so every variable
 is set there (monkeypatch) and main() gets dict(os.environ), as the command line does.
@@ -15,6 +16,7 @@ is set there (monkeypatch) and main() gets dict(os.environ), as the command line
 
 import json
 import os
+import re
 import selectors
 import shutil
 import socket
@@ -28,6 +30,8 @@ from urllib.parse import quote
 
 import openai  # noqa: F401  (no skip: without the SDK these tests must fail, not vanish)
 import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 
 import lesson_03_tool_calling_loop as lesson
 from tests.conftest import SMALL_CA_FILE
@@ -38,6 +42,7 @@ pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
 SECRET = "sk-sweep-5f4e3d2c1b0a9988776655"  # KEY_LIKE: found in whichever variable holds it
 PLAIN_PASSWORD = "hunter2pass-plain"  # not KEY_LIKE: secret only as URL userinfo
 KEEP = 15  # characters of the secret left before a truncation mark "…"
+ORG_VARIABLES = ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID")  # the SDK's own; the script sends neither
 
 
 def forms(secret):
@@ -156,7 +161,9 @@ class Placement:
     id: str
     env: Callable  # (secret, net) -> variables for the runtime paths; None: only config
     config: Callable = None  # (secret, net) -> variables making a configuration error
-    config_says: str = ""  # in the first line of that configuration error
+    config_names: str = ""  # the variable that configuration error names
+    config_shows: str = ""  # in its first line: the value echoed, the secret masked
+    quiet: bool = False  # the value is never echoed, not even masked
     secret: str = SECRET
     proxy: str = ""  # the proxy variable a request goes through
     tls: bool = False  # the endpoint is https:// (through the CONNECT proxy)
@@ -170,17 +177,16 @@ def local(net):
     return f"http://{net.server}/v1"
 
 
-NOT_PRINTED = "不可用：像一个 API Key（没有打印它）"
-
-
-def refused_by_check(name, how="whole", config=None, says=NOT_PRINTED):
-    """The secret in a variable check_variable refuses: a config error, nothing else. `config`
-    builds the value (default: the secret is the whole value); `says` is the mistake named."""
+def refused_by_check(name, how="whole", config=None):
+    """The secret in a variable check_config refuses: a config error, nothing else. `config`
+    builds the value (default: the secret is the whole value, a key where none belongs, which
+    is then never echoed)."""
     return Placement(
         f"{name}-{how}",
         env=None,
         config=config or (lambda s, n: {name: s}),
-        config_says=f"{name} {says}",
+        config_names=name,
+        quiet=config is None,
     )
 
 
@@ -193,7 +199,7 @@ def via_proxy(variable, how, value, **extra):
         endpoint = f"https://{n.server}/v1" if tls else f"http://{n.dead}/v1"
         return {variable: value(s, n.tunnel if tls else n.server), "OPENAI_BASE_URL": endpoint}
 
-    def config(s, n):  # a scheme httpx cannot use: the SDK refuses the proxy, naming it
+    def config(s, n):  # a scheme the library cannot use: the SDK cannot build its client
         endpoint = f"https://{n.dead}/v1" if tls else f"http://{n.dead}/v1"
         return {
             variable: value(s, n.server).replace("http://", "ftp://"),
@@ -205,7 +211,7 @@ def via_proxy(variable, how, value, **extra):
         f"{variable}-{how}",
         env=env,
         config=config if password else None,
-        config_says=f"SDK 用不了代理 {variable}=ftp://***@127.0.0.1:",
+        config_names=variable,
         proxy=variable,
         tls=tls,
         **extra,
@@ -216,12 +222,12 @@ def with_password(s, where):
     return f"http://learner:{s}@{where}"
 
 
-def ssl_file(name, runtime_file, config_file, config_says):
+def ssl_file(name, runtime_file, config_file):
     return Placement(
         name,
         env=lambda s, n: {name: str(n.files / runtime_file), "OPENAI_BASE_URL": local(n)},
         config=lambda s, n: {name: str(n.files / config_file), "OPENAI_BASE_URL": local(n)},
-        config_says=config_says,
+        config_names=name,
     )
 
 
@@ -230,7 +236,8 @@ PLACEMENTS = [
         "OPENAI_API_KEY",
         env=lambda s, n: {"OPENAI_API_KEY": s, "OPENAI_BASE_URL": local(n)},
         config=lambda s, n: {"OPENAI_API_KEY": f"Bearer {s}", "OPENAI_BASE_URL": local(n)},
-        config_says="OPENAI_API_KEY 不可用：开头多了 Bearer",
+        config_names="OPENAI_API_KEY",
+        quiet=True,
     ),
     refused_by_check("OPENAI_MODEL"),
     refused_by_check("OPENAI_BASE_URL"),
@@ -238,35 +245,25 @@ PLACEMENTS = [
         "OPENAI_BASE_URL",
         how="query",
         config=lambda s, n: {"OPENAI_BASE_URL": f"{local(n)}?key={s}"},
-        says="不可用：地址里不能带 ?查询参数",  # a key inside an address: the query is the mistake
     ),
     refused_by_check(
         "OPENAI_BASE_URL",
         how="password",
         config=lambda s, n: {"OPENAI_BASE_URL": f"{with_password(s, n.server)}/v1"},
-        says="不可用：地址里不能写用户名或密码",
     ),
     Placement(  # not KEY_LIKE, so echoed: masked as userinfo
         "OPENAI_BASE_URL-plain-password",
         env=None,
         config=lambda s, n: {"OPENAI_BASE_URL": f"{with_password(s, n.server)}/v1"},
-        config_says="OPENAI_BASE_URL 不可用（http://***@127.0.0.1:",
+        config_names="OPENAI_BASE_URL",
+        config_shows="http://***@127.0.0.1:",
         secret=PLAIN_PASSWORD,
     ),
     refused_by_check("OPENAI_TIMEOUT"),
-    # With OPENAI_BASE_URL unset the endpoint is OpenAI's own, so these two are read and checked
+    # Never sent (the SDK is told not to), still masked wherever it is echoed
     *(
-        refused_by_check(
-            name, how="official", config=lambda s, n, v=name: {v: s, "OPENAI_BASE_URL": None}
-        )
-        for name in lesson.ORG_VARIABLES
-    ),
-    # A third-party endpoint: left unread (never sent), still masked wherever it is echoed
-    *(
-        Placement(
-            f"{name}-third-party", env=lambda s, n, v=name: {v: s, "OPENAI_BASE_URL": local(n)}
-        )
-        for name in lesson.ORG_VARIABLES
+        Placement(f"{name}-leftover", env=lambda s, n, v=name: {v: s, "OPENAI_BASE_URL": local(n)})
+        for name in ORG_VARIABLES
     ),
     *(via_proxy(v, "password", with_password) for v in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")),
     via_proxy(
@@ -277,8 +274,8 @@ PLACEMENTS = [
         via_proxy(v, "whole", lambda s, where: s, paths=("refused",))
         for v in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
     ),
-    ssl_file("SSL_CERT_FILE", "ca.pem", "missing.pem", "SSL_CERT_FILE 指向的文件不能用"),
-    ssl_file("SSLKEYLOGFILE", "keys.log", "no-dir/keys.log", "SSLKEYLOGFILE 指向的文件不能用"),
+    ssl_file("SSL_CERT_FILE", "ca.pem", "missing.pem"),
+    ssl_file("SSLKEYLOGFILE", "keys.log", "no-dir/keys.log"),
 ]
 
 
@@ -336,15 +333,17 @@ def check_path(path, result, placement):
     expected = {"config": 2, "refused": 3, "http-401": 3, "html-title-cut": 3, "length": 1}
     assert result.code == {**expected, "success": 0, "bug": 1}[path], result.everything
     if path == "config":
-        assert first.startswith("[Harness] ") and placement.config_says in first, first
-        if NOT_PRINTED in placement.config_says or "Bearer" in placement.config_says:
+        assert first.startswith("[Harness] ") and placement.config_names in result.err, first
+        assert placement.config_shows in first, first
+        if placement.quiet:
             assert "***" not in result.everything  # never echoed, not even masked
     elif path == "refused":
         assert first.startswith("[SDK/网络] step 1: "), first
         if placement.proxy:
             assert f"（{placement.proxy}）送到端点" in first and "经代理 http://***" in first
-    elif path in ("http-401", "html-title-cut"):
-        assert first.startswith("[Provider] step 1: HTTP 401：") and "***…" in first, first
+    elif path in ("http-401", "html-title-cut"):  # the provider's words quoted, masked
+        assert first.startswith("[Provider] step 1: HTTP 401：") and "***" in first, first
+        assert path == "html-title-cut" or "***…" in first, first  # cut by the 200-char clip
     elif path == "length":
         assert first.startswith("[Model] step 1: 模型没有正常结束"), first
         assert "被拒收" in result.out and "***" in result.out
@@ -471,7 +470,7 @@ def test_a_key_with_json_special_characters_in_tool_arguments(
 
 
 # ---------------------------------------------------------------------------
-# The rule itself, not one path: redact() over the forms, secrets_in() over the variables
+# The rule itself, not one path: secret_mask() over the forms, secrets_in() over the variables
 # ---------------------------------------------------------------------------
 
 ODD = 'sk-odd/"quoted"\\slash+plus=eq%pct'  # its JSON and URL forms differ from it
@@ -505,13 +504,13 @@ FOLDED = "learner:hunter2\nsecret"  # URL userinfo whose password has a newline 
         "any-url-userinfo",  # not a configured secret: userinfo in any URL shown
     ],
 )
-def test_redact_masks_every_form(secret, text, shown):
-    assert lesson.redact(text, {secret} if secret else set()) == shown
+def test_the_mask_hides_every_form(secret, text, shown):
+    assert lesson.secret_mask({secret} if secret else set())(text) == shown
 
 
 SCANNED = [
     *lesson.VARIABLES,
-    *lesson.ORG_VARIABLES,
+    *ORG_VARIABLES,
     "OPENAI_CUSTOM_HEADERS",
     *(
         p
@@ -526,10 +525,163 @@ SCANNED = [
 
 @pytest.mark.parametrize("name", SCANNED)
 def test_secrets_in_finds_a_key_like_token_in_each_variable_read(name):
-    assert SECRET in lesson.secrets_in({name: f"https://h.example/{SECRET}/ca.pem?x=1"})
+    environment = lesson.read_environment({name: f"https://h.example/{SECRET}/ca.pem?x=1"})
+    assert SECRET in lesson.secrets_in(environment)
 
 
 @pytest.mark.parametrize("name", ["OPENAI_BASE_URL", "HTTP_PROXY", "https_proxy", "ALL_PROXY"])
 def test_secrets_in_takes_url_userinfo_as_a_secret(name):
     found = lesson.secrets_in({name: "http://learner:hunter2pass@127.0.0.1:3128"})
     assert "learner:hunter2pass" in found
+
+
+# Mechanism 5, one mask: a property over random keys. Real keys use letters, digits, - and _;
+# some gateways' keys (base64, Azure-style) also carry / + and %, and " \\ are the characters
+# JSON escapes. Each encoding below is one a provider has been seen to echo (issue 23).
+PLAIN_KEY_CHARACTERS = st.sampled_from(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+)
+ODD_KEY_CHARACTERS = st.one_of(PLAIN_KEY_CHARACTERS, st.sampled_from('"\\/%+'))
+KEYS = st.one_of(
+    st.text(PLAIN_KEY_CHARACTERS, min_size=8, max_size=60),
+    st.text(ODD_KEY_CHARACTERS, min_size=8, max_size=60),
+)
+ENCODINGS = ("raw", "%-upper", "%-lower", "json", "json-twice")
+# Around the key: any printable text but the two things the mask rewrites on purpose (terminal
+# control characters, user:password@ in an address), with pieces of up to 7 characters of the
+# key's encodings in it; joined to the key by a character no key encoding uses
+TEXT = st.text(
+    st.characters(blacklist_categories=("Cc", "Cf", "Cs"), blacklist_characters="@"), max_size=20
+)
+SEPARATOR = st.sampled_from([" ", "\n", "\t", "，", ",", "=", ":", "'", "(", ")"])
+SEPARATORS = st.tuples(SEPARATOR, SEPARATOR)
+CUTS = st.one_of(st.none(), st.integers(8, 200))  # None: whole; else cut after that many
+MARKS = st.sampled_from(["…", "..."])
+
+
+def encoded(key, how):
+    upper = quote(key, safe="")
+    once = json.dumps(key)[1:-1]
+    return {
+        "raw": key,
+        "%-upper": upper,
+        "%-lower": re.sub("%..", lambda match: match[0].lower(), upper),
+        "json": once,
+        "json-twice": json.dumps(once)[1:-1],
+    }[how]
+
+
+@st.composite
+def key_and_surrounding(draw):
+    """(key, text before it, text after it)."""
+    key = draw(KEYS)
+    piece = st.builds(
+        lambda how, start, size: encoded(key, how)[start : start + size],
+        st.sampled_from(ENCODINGS),
+        st.integers(0, 59),
+        st.integers(1, 7),
+    )
+    around = st.lists(st.one_of(TEXT, piece), max_size=4).map("".join)
+    return key, draw(around), draw(around)
+
+
+def runs_of_8(text):
+    return {text[i : i + 8] for i in range(len(text) - 7)}
+
+
+def mask_of(key):
+    return lesson.secret_mask(lesson.secrets_in({"OPENAI_API_KEY": key}))
+
+
+def assert_masked(key, how, cut, mark, before="", after="", separators=(" ", " ")):
+    """The key, encoded `how` (cut after `cut` characters and marked, if cut), inside text. Neither
+    the key nor its encoded form, nor the first 8 characters of either, may be left; the text
+    around it, which shares no 8-character run with any encoding of the key, stays as it was."""
+    whole = encoded(key, how)
+    sent = whole if cut is None or cut >= len(whole) else whole[:cut] + mark
+    if before or after:
+        forms = set().union(*(runs_of_8(encoded(key, way)) for way in ENCODINGS))
+        assume(not (runs_of_8(before) | runs_of_8(after)) & forms)
+    head, tail = before + separators[0], separators[1] + after
+    shown = mask_of(key)(head + sent + tail)
+    left = [form for form in (key, key[:8], whole, whole[:8]) if form in shown]
+    assert left == [], (head + sent + tail, shown)
+    assert shown.startswith(head) and shown.endswith(tail), (head + sent + tail, shown)
+    assert mask_of(key)(head + tail) == head + tail
+    return shown
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    surrounded=key_and_surrounding(),
+    how=st.sampled_from(ENCODINGS[:-1]),
+    cut=CUTS,
+    mark=MARKS,
+    separators=SEPARATORS,
+)
+@example(  # issue 23: a provider cuts the key with three ASCII dots
+    surrounded=("sk-live-0123456789abcdef", "key", ""),
+    how="raw",
+    cut=12,
+    mark="...",
+    separators=(" ", " "),
+)
+@example(  # issue 23: a body %-escapes the key in lower-case hex
+    surrounded=("gw/7Hq+Zr2/Lm9pXv4", "?key", "x"),
+    how="%-lower",
+    cut=None,
+    mark="…",
+    separators=("=", ","),
+)
+def test_no_encoding_of_a_random_key_survives_the_mask(surrounded, how, cut, mark, separators):
+    key, before, after = surrounded
+    assert_masked(key, how, cut, mark, before, after, separators)
+
+
+@settings(max_examples=300, deadline=None)
+@given(surrounded=key_and_surrounding(), cut=CUTS, mark=MARKS)
+@example(surrounded=('sk-a"bcdefghijklmnop', "", ""), cut=None, mark="…")
+def test_a_key_escaped_twice_is_masked_too(surrounded, cut, mark):
+    key, before, after = surrounded
+    assert_masked(key, "json-twice", cut, mark, before, after)
+
+
+@pytest.mark.parametrize(
+    ("key", "how", "cut"),
+    [
+        ("sk-abcdefgh/wxyz0123456789", "raw", 22),
+        ("sk-abcdefgh+wxyz0123456789", "%-upper", 26),
+        ("A" * 32 + "/wxyz0123456789", "%-lower", 45),
+    ],
+)
+def test_nothing_of_a_cut_key_is_left_after_a_key_like_run_inside_it(key, how, cut):
+    shown = assert_masked(key, how, cut, "…")
+    assert not runs_of_8(shown) & runs_of_8(encoded(key, how)), shown
+
+
+# Issue 23's two leaks, end to end through main(): what the provider sends reaches the terminal
+# only through the mask.
+def provider_says(provider, monkeypatch, capsys, key, status, words):
+    provider.script(Reply(status=status, json={"error": {"message": words}}))
+    env = {"OPENAI_API_KEY": key, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+    result = run(capsys, monkeypatch, env, "--show-messages")
+    assert (result.code, len(provider.requests)) == (3, 1), result.everything
+    assert "***" in result.err, result.err  # the provider's words were quoted, masked
+    return result
+
+
+def test_a_key_cut_by_the_provider_with_three_ascii_dots_is_not_shown(
+    provider, monkeypatch, capsys
+):
+    key = "sk-live-7f3a9c2e5b8d1f4a6c0e"
+    said = f"Incorrect API key provided: {key[:12]}...{key[-4:]}"
+    result = provider_says(provider, monkeypatch, capsys, key, 401, said)
+    assert key[:8] not in result.everything and key[:12] not in result.everything
+
+
+def test_a_key_the_provider_escapes_in_lower_case_hex_is_not_shown(provider, monkeypatch, capsys):
+    key = "gw/7Hq+Zr2/Lm9pXv4Tn"
+    lower = re.sub("%..", lambda match: match[0].lower(), quote(key, safe=""))
+    assert lower != quote(key, safe="")  # the case that differs from the upper-case form
+    result = provider_says(provider, monkeypatch, capsys, key, 400, f"bad request: ?key={lower}")
+    assert lower[:8] not in result.everything and key[:8] not in result.everything
