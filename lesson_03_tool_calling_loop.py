@@ -620,6 +620,9 @@ class SafeOutput:
 
 
 # ---- 响应：字节在一处变成响应；形状不合协议、要发回的字段发不回去，就停下并点名 ----
+MAX_DEPTH = 32  # 一个回复嵌套不到 10 层；更深的，之后每一步（引用、回传、显示）都可能递归出错
+
+
 def request_bytes(value: object) -> bytes:
     """SDK 发请求时的序列化（严格 JSON、UTF-8）：NaN、孤立的代理字符在这里就抛 ValueError。"""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
@@ -631,7 +634,8 @@ def read_response(body: bytes) -> object:
 
     start = body.lstrip()[:6]
     try:
-        data = json.loads(body.decode("utf-8"))
+        text = body.decode("utf-8")
+        data = json.loads(text)
     except UnicodeDecodeError as error:  # 例如 GBK 编码的 JSON，或没有声明的压缩数据
         what = f"不是 UTF-8 文本（第 {error.start + 1} 个字节是 0x{body[error.start]:02x}）"
     except (ValueError, RecursionError) as error:
@@ -639,12 +643,17 @@ def read_response(body: bytes) -> object:
         if start.startswith((b"data:", b"event:")):
             what = "是事件流（data: …）：端点按流式回答了这个普通请求"
         if start.startswith(b"<"):
-            what = f"是一张网页：{quoted(body.decode())}"
+            what = f"是一张网页：{quoted(text)}"
     else:
-        if isinstance(data, dict) and "choices" in data:
+        brackets = re.sub(r'"(?:[^"\\]|\\.)*"|[^\[\]{}]', "", text)
+        for _ in range(MAX_DEPTH):  # 每一遍去掉最里面的一层括号
+            brackets = re.sub(r"\[\]|\{\}", "", brackets)
+        what = f"嵌套超过 {MAX_DEPTH} 层，不是回复该有的样子" if brackets else ""
+        if not what and isinstance(data, dict) and isinstance(data.get("choices"), list):
             return ChatCompletion.construct(**data)
-        what = f"HTTP 200，响应体里没有 choices：{quoted(data)}"
-        raise provider_stop(what, provider_words(data), 200)
+        if not what:
+            what = f"HTTP 200，响应体里没有 choices：{quoted(data)}"
+            raise provider_stop(what, provider_words(data), 200)
     hint = HINT_PAGE if "网页" in what else "看服务端日志或中间的网关、代理；一直如此就换端点"
     raise AgentStop(PROVIDER, f"HTTP 200，但响应体{what}", hint, EXIT_REQUEST_FAILED)
 

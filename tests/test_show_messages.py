@@ -102,16 +102,25 @@ STOPS = {
         tool_turn(tool_call("c", "multiply", ARGS), tool_call("c", "multiply", ARGS)),
         "id",
     ),
-    "200 with only an error": ({"error": {"message": "upstream crashed"}}, "upstream crashed"),
+    "an error inside choices[0] (OpenRouter)": (
+        {
+            "id": "gen-1",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": ""},
+                    "finish_reason": "error",
+                    "error": {"message": "upstream crashed", "code": 502},
+                }
+            ],
+        },
+        "upstream crashed",
+    ),
     "content parts that are bare text": (completion(content=["3720"]), "content"),
     "a content part that is null": (completion(content=[None]), "content"),
     "content as one part, not a list": (
         completion(content={"type": "text", "text": "3720"}),
         "content",
-    ),
-    "error metadata that is text": (
-        {"error": {"message": "upstream crashed", "metadata": "not an object"}},
-        "upstream crashed",
     ),
 }
 
@@ -125,12 +134,32 @@ def test_every_kind_of_stop_names_the_cause_and_shows_the_refused_response(
     first = result.err.splitlines()[0]
     assert result.code == 1 and named in first, result.everything
     assert printed_history(result) == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
-    refused = refused_response(result)
-    expected = reply if isinstance(reply, dict) and "choices" not in reply else reply["choices"][0]
-    shown = refused if "choices" not in refused else refused["choices"][0]
-    for key in ("finish_reason", "error"):  # what came is what is shown
-        if key in expected:
-            assert shown.get(key) == expected[key]
+    shown = refused_response(result)["choices"][0]  # what came is what is shown
+    assert shown["finish_reason"] == reply["choices"][0]["finish_reason"]
+
+
+# A 200 whose body is not a completion is the provider's failure, like an HTTP error: there is
+# no response that the loop refused (the metadata that is text once crashed the reader)
+NOT_A_COMPLETION = {
+    "an error and no choices": {"error": {"message": "upstream crashed"}},
+    "error metadata that is text": {
+        "error": {"message": "upstream crashed", "metadata": "not an object"}
+    },
+    "minimax envelope": {"base_resp": {"status_code": 1008, "status_msg": "upstream crashed"}},
+}
+
+
+@pytest.mark.parametrize("body", NOT_A_COMPLETION.values(), ids=NOT_A_COMPLETION.keys())
+def test_a_200_that_is_not_a_completion_quotes_the_provider_and_refuses_nothing(
+    run, provider, body
+):
+    provider.script(body)
+    result = run()
+    first = result.err.splitlines()[0]
+    assert result.code == 3 and first.startswith("[Provider] step 1: "), result.everything
+    assert "upstream crashed" in first and '{"' not in first  # the words, not the envelope
+    assert printed_history(result) == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
+    assert REFUSED not in result.out
 
 
 def test_a_request_failure_has_no_refused_response_to_show(run, provider):
@@ -158,3 +187,57 @@ def test_thinking_parts_are_reasoning(run, provider):
     result = run()
     assert result.code == 0 and "Agent> 3720\n" in result.out
     assert REASONING not in result.everything
+
+
+# The display is an allowlist: the fields the lesson teaches are shown, any other field's value
+# is written as （已省略）, whoever invents it next. Signatures are opaque and secret-like.
+SIGNATURE = "c2lnbmF0dXJlLW9wYXF1ZQ"
+OMITTED = "（已省略）"
+
+
+def test_fields_the_lesson_does_not_teach_are_omitted_from_a_refused_response(run, provider):
+    # LiteLLM's shapes: thinking_blocks with a signature on the message, Gemini's thought
+    # signature in provider_specific_fields on a call and on the response itself
+    signed = {"thought_signature": SIGNATURE + "-call"}
+    call = tool_call("call_1", "multiply", '{"a":248,"b', provider_specific_fields=signed)
+    block = {"type": "thinking", "thinking": REASONING, "signature": SIGNATURE + "-block"}
+    reply = completion(tool_calls=[call], finish_reason="length", thinking_blocks=[block])
+    reply["provider_specific_fields"] = {"thought_signature": SIGNATURE + "-response"}
+    provider.script(reply)
+    result = run()
+    assert result.code == 1, result.everything
+    assert SIGNATURE not in result.everything and REASONING not in result.everything
+    shown = refused_response(result)
+    message = shown["choices"][0]["message"]
+    shown_call = message["tool_calls"][0]
+    assert (shown["provider_specific_fields"], message["thinking_blocks"]) == (OMITTED, OMITTED)
+    assert shown_call["provider_specific_fields"] == OMITTED
+    # what the lesson teaches stays readable
+    assert (message["role"], shown_call["id"], shown_call["type"]) == (
+        "assistant",
+        "call_1",
+        "function",
+    )
+    assert shown_call["function"] == {"name": "multiply", "arguments": '{"a":248,"b'}
+
+
+def test_a_thinking_part_with_a_signature_is_omitted_from_the_history_and_sent_back(run, provider):
+    thinking = {"type": "thinking", "thinking": REASONING, "signature": SIGNATURE}
+    parts = [thinking, {"type": "text", "text": "我来算。"}]
+    provider.script(
+        tool_turn(tool_call("call_1", "multiply", ARGS), content=parts), completion(content="3720")
+    )
+    result = run()
+    assert result.code == 0 and "Agent> 3720\n" in result.out, result.everything
+    assert SIGNATURE not in result.everything and REASONING not in result.everything
+    history = printed_history(result)
+    assert history[1]["content"] == [
+        {"type": "thinking", "thinking": OMITTED, "signature": OMITTED},
+        {"type": "text", "text": "我来算。"},
+    ]
+    assert history[2] == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": '{"status":"completed","result":3720}',
+    }
+    assert provider.requests[1].body["messages"][1]["content"] == parts  # sent back as it came
