@@ -1,9 +1,11 @@
-"""--demo: README shows its real output byte for byte; it needs no openai and survives -O."""
+"""--demo: REFERENCE shows its real output byte for byte, README its opening lines; it needs no
+openai and survives -O."""
 
 import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ import lesson_03_tool_calling_loop as lesson
 
 SCRIPT = Path(lesson.__file__).resolve()
 README = SCRIPT.parent / "README.md"
+REFERENCE = SCRIPT.parent / "REFERENCE.md"
 ARTICLE_LINES = [  # the article's run, as printed in the lesson text
     "step 1: finish_reason=tool_calls",
     'step 1: multiply call_id=call_1 result={"status":"completed","result":3720}',
@@ -31,18 +34,24 @@ def demo_output():
     return code, out.getvalue(), err.getvalue()
 
 
-def readme_demo_block() -> str:
-    # Bytes, not read_text(): universal newlines would hide a \r\n in README.
-    text = README.read_bytes().decode("utf-8")
-    fence = text.split("`--demo` 的完整输出", 1)[1].split("\n```", 2)
+def reference_demo_block() -> str:
+    # Bytes, not read_text(): universal newlines would hide a \r\n in the document.
+    text = REFERENCE.read_bytes().decode("utf-8")
+    fence = text.split("## `--demo` 的完整输出", 1)[1].split("\n```", 2)
     assert fence[1].startswith("\n"), "the output block opens with a bare ``` fence"
     return fence[1][1:] + "\n"
 
 
-def test_readme_shows_the_demo_output_byte_for_byte(demo_output):
+def test_the_reference_shows_the_demo_output_byte_for_byte(demo_output):
     code, out, err = demo_output
     assert (code, err) == (0, "")
-    assert readme_demo_block() == out
+    assert reference_demo_block() == out
+
+
+def test_the_readme_shows_the_demos_real_first_lines(demo_output):
+    text = README.read_bytes().decode("utf-8").split("## 不用 key，先看 Loop 真跑一遍", 1)[1]
+    shown = re.search(r"^```\n(== 场景.*?)^```", text, flags=re.S | re.M)[1]
+    assert len(shown.splitlines()) >= 4 and demo_output[1].startswith(shown)
 
 
 def test_the_first_scene_is_the_articles_run_and_its_four_message_history(demo_output):

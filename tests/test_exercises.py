@@ -1,5 +1,9 @@
-"""README's "动手改一改": each one-line edit, made to a copy, is caught by the line shown."""
+"""README's "动手改一改": each one-line edit, made to a copy, is caught by the line shown.
 
+An edit is anchored by the definition it is in and its original text (what a learner finds with
+the editor's search), not by a line number: editing the file above it must not move it."""
+
+import ast
 import contextlib
 import importlib.util
 import io
@@ -15,7 +19,7 @@ SOURCE = SCRIPT.read_text(encoding="utf-8")
 README = (SCRIPT.parent / "README.md").read_text(encoding="utf-8")
 SECTION = README.split("\n## 动手改一改\n", 1)[-1].split("\n## ", 1)[0]
 ITEM = re.compile(
-    r"^(?P<number>\d+)\. \*\*(?P<title>.+?)\*\*（第 (?P<line>\d+) 行[^）]*）：.*\n"
+    r"^(?P<number>\d+)\. \*\*(?P<title>.+?)\*\*（`(?P<where>\w+)(?:\(\))?`）：.*\n"
     r"   - 原文：`(?P<original>[^`]+)`\n"
     r"   - 改成：`(?P<edited>[^`]+)`\n"
     r"   - 自检：`(?P<caught>[^`]+)`$",
@@ -63,12 +67,21 @@ def test_an_unedited_copy_passes(tmp_path):
     assert (code, out.splitlines()[-1], err) == (0, "self-check passed", "")
 
 
+def definition(name):
+    """The source text of the top-level function, class or assignment called `name`."""
+    for node in ast.parse(SOURCE).body:
+        targets = getattr(node, "targets", [])
+        if getattr(node, "name", None) == name or any(
+            getattr(t, "id", "") == name for t in targets
+        ):
+            return ast.get_source_segment(SOURCE, node)
+    raise AssertionError(f"README names {name}, which the script does not define")
+
+
 @pytest.mark.parametrize("exercise", EXERCISES, ids=IDS)
-def test_the_edit_is_on_the_line_the_readme_names(exercise):
-    edited(exercise)
-    lines = SOURCE.splitlines()
-    found = next(n for n, text in enumerate(lines, 1) if exercise["original"] in text)
-    assert int(exercise["line"]) == found, f"README says line {exercise['line']}, it is {found}"
+def test_the_original_text_is_inside_the_definition_the_readme_names(exercise):
+    edited(exercise)  # found exactly once in the file
+    assert exercise["original"] in definition(exercise["where"])
     assert exercise["edited"] != exercise["original"]
 
 

@@ -619,8 +619,8 @@ def test_the_answer_corpus_is_large_enough_to_mean_something():
 
 
 def readme_tool_call_cap():
-    """README: "一次响应最多执行 32 个调用". The number comes from there, not from the script."""
-    readme = (Path(lesson.__file__).parent / "README.md").read_text(encoding="utf-8")
+    """REFERENCE: "一次响应最多执行 32 个调用". The number comes from there, not from the script."""
+    readme = (Path(lesson.__file__).parent / "REFERENCE.md").read_text(encoding="utf-8")
     (cap,) = re.findall(r"一次响应最多执行 (\d+) 个调用", readme)
     return int(cap)
 
