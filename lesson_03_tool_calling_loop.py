@@ -77,8 +77,8 @@ TOOLS = [
         },
     }
 ]
-# 合法的参数不到 40 个字符。上限远低于 JSON 解析器能嵌套的深度（约 1000 层）：再深的嵌套也只是
-# 一个普通的解析错误；错误信息里引用的值也因此有界。
+# 合法的参数不到 40 个字符。200 个字符最多嵌套 100 层，远低于 JSON 解析器的递归上限（约 1000 层）：
+# 再深的嵌套也只是一个普通的解析错误；错误信息里引用的值也因此有界。
 MAX_ARGUMENTS_CHARS = 200
 
 
@@ -108,8 +108,8 @@ def parse_arguments(arguments: object) -> dict:
 
 
 def execute_tool(tool_call: object) -> str:
-    """Router：校验一个 Tool Call 并执行 multiply，返回紧凑 JSON，从不抛异常。参数填错只是这一单
-    错了：{"status":"error"} 作为 Tool Result 交回模型，让它改正后再来。"""
+    """Router：校验一个 Tool Call 并执行 multiply，返回紧凑 JSON，从不抛异常（坏 JSON、缺键、类型
+    不对都已变成 ValueError）。参数填错只是这一单错了：作为 {"status":"error"} 交回模型，让它改。"""
     try:
         function = getattr(tool_call, "function", None)
         name = getattr(function, "name", None)
@@ -131,15 +131,17 @@ def execute_tool(tool_call: object) -> str:
 # 第 MAX_STEPS 次请求若仍要调用工具：工具照常执行、结果写进本地历史，但不会再有请求把它带给模型。
 MAX_STEPS = 8
 MAX_TOOL_CALLS = 32  # 失常的响应不该触发无界的工作；真实 Provider 的并行调用远少于此
-# 停下时报告点名的四环。§6 的调用链还有 Router 与 Tool：它们的错误不停 Loop，交回模型
+# 停下时，报告说出失败的是哪一环（整条调用链见 §6；Router 与 Tool 的错误不停 Loop，交回模型）
 HARNESS, SDK_NETWORK, PROVIDER, MODEL = "Harness", "SDK/网络", "Provider", "Model"
 HINT_ENDPOINT = "这个端点的响应与 OpenAI 协议不一致，Harness 不会替它猜；换模型或端点再试"
+HINT_POLICY = "换一种问法，或查看 Provider 的内容策略"
 
 
 class AgentStop(Exception):
     """Loop 停下：带着失败的一环、原因和建议（第几步、被拒收的响应由 run_agent 补上）。全部停法：
-    请求失败或配置有错；响应读不了；有调用却没正常结束；缺 id、id 重复；调用太多；stop 却不是回答
-    （拒答、空回答、写成文字的调用）；length、content_filter 等；超过 MAX_STEPS。参数填错不停。"""
+    请求失败或配置有错；响应读不了，或 Provider 在 HTTP 200 里报错；有调用却没正常结束；缺 id、id
+    重复；调用太多；stop 却不是回答（拒答、空回答、写成文字的调用）；length、content_filter 等；超过
+    MAX_STEPS。参数填错不停：那是数据，交回模型。"""
 
     def __init__(self, link: str, reason: str, hint: str, exit_code: int = EXIT_STOPPED):
         super().__init__(reason)
@@ -149,14 +151,14 @@ class AgentStop(Exception):
 
 # finish_reason 说的是 Provider 为什么停止生成，与 message.tool_calls 同属一个 choice，两者要一致。
 # length 是输出到了 Token 上限、被截断；content_filter 是被 Provider 过滤：消息可能只写了一半，
-# 调用一个都不执行，文字也不当成 Final；不认识的值同样如此。有调用时课文只认 tool_calls，这里也认
-# stop，是唯一一处有意的不同：有的端点对本课这种没发 tool_choice 的请求，就在写完整的调用旁回 stop
-# （Google 的 OpenAI 兼容端点：microsoft/autogen#4878；经 OpenRouter 的 Qwen 与 Gemini 3：
-# OpenRouterTeam/openrouter-examples-python#4、ai-sdk-provider#288；OpenAI：ENTERPILOT/GoModel#124）
-# stop 同样是自然结束；这样的调用照样要过 id 和 Router 的检查。
+# 调用一个都不执行，文字也不当成 Final；不认识的值同样如此。关于 finish_reason 只有一处有意与课文
+# 不同：有调用时课文只认 tool_calls，这里也认 stop（同样是自然结束），因为有的端点对本课这种没发
+# tool_choice 的请求就这样回：Google 的 OpenAI 兼容端点（microsoft/autogen#4878）、经 OpenRouter
+# 的 Qwen 与 Gemini 3（OpenRouterTeam/openrouter-examples-python#4 与 ai-sdk-provider#288）、OpenAI
+# 自己（ENTERPILOT/GoModel#124）。这样的调用照样要过 id 和 Router 的检查。
 
-# 回传什么：课文的 role、content、tool_calls，外加 Provider 自己的不透明字段（推理、签名）。后者它
-# 要原样收回才能接着这一轮，否则回 HTTP 400；别的私有字段它不认，带回去反而可能被拒。都不打印。
+# 回传什么：课文的 role、content、tool_calls，外加 Provider 要原样收回才能接着这一轮的不透明字段
+# （推理、签名；缺了它回 HTTP 400）。别的私有字段它不认，带回去反而可能被拒。这些字段都不打印。
 ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details")
 ECHOED_CALL_FIELDS = ("extra_content",)
 
@@ -184,17 +186,17 @@ def assistant_message_from_api(message: object) -> dict:
 
 
 def final_answer(message: object) -> str:
-    """finish_reason=stop 也可能不是回答，三种都停下：拒答；空回答（课文片段用 content or "" 收下
-    了空串，这里不收：空串不是回答）；整段其实是一个写成文字的调用（端点没把它解析成 tool_calls；
-    从不从文字里解析、执行，那是替它猜）。返回要打印的回答：开头的推理块不是回答，不打印。"""
+    """finish_reason=stop 也可能不是回答，三种都停下：拒答（是拒绝，不是对问题的回答）；空回答（课文
+    片段用 content or "" 收下了空串，这里不收）；写成文字的调用（回答里有聊天模板的控制标记，或整段
+    就是一个调用：端点没把它解析成 tool_calls；Harness 不从文字里解析、执行它，那是替端点猜）。
+    返回要打印的回答：开头的推理块不是回答，不打印。"""
     if getattr(message, "refusal", None):
-        hint = "换一种问法，或查看 Provider 的内容策略"
-        raise AgentStop(MODEL, f"模型拒绝回答：{clip(message.refusal)}", hint)
+        raise AgentStop(MODEL, f"模型拒绝回答：{clip(message.refusal)}", HINT_POLICY)
     text = answer_text(message.content)
     if not any(char.isprintable() and not char.isspace() for char in text):  # 零宽字符也看不见
         hint = "再问一次；仍为空就换更大的模型，或确认端点支持 Tool Calling"
         raise AgentStop(MODEL, "模型返回了空回答", hint)
-    reject_call_written_as_text(text)  # 停下时建议里写着该让服务端打开的解析开关
+    reject_call_written_as_text(text)
     return text
 
 
@@ -204,11 +206,11 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
     messages = [] if messages is None else messages
     messages.append({"role": "user", "content": user_text})
     for step in range(1, MAX_STEPS + 1):
-        response = None  # 收到了、却没写进历史就停下时，它就是报告里“被拒收的响应”
+        response = None  # 每一步先清空：请求本身失败时，没有“被拒收的响应”
         try:
             # 连不上、超时、HTTP 错误、读不懂的响应体：第三部分的客户端把它们变成 AgentStop
             response = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
-            # 没有 choices[0]，或要写进历史的字段不能照原样发回：读下去就是在猜，停下并点名字段
+            # 没有 choices[0]、Provider 在里面报错、要写进历史的字段发不回去：读下去就是猜，停下点名
             check_response_shape(response)
             choice = response.choices[0]
             message = choice.message
@@ -231,12 +233,10 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
                     print(f"step {step}: {name} call_id={shown_id} result={result}")
                 continue
             if choice.finish_reason == "stop":
-                answer = final_answer(message)  # stop 也可能不是回答：拒答、空回答、写成文字的调用
+                answer = final_answer(message)
                 messages.append(reply)
                 return answer
-            raise finish_reason_stop(
-                choice.finish_reason, with_tool_calls=False
-            )  # length 不是 Final
+            raise finish_reason_stop(choice.finish_reason, with_tool_calls=False)
         except AgentStop as stop:  # 唯一记账的一处：停在第几步，被拒收的是哪条响应
             stop.step, stop.refused = step, response
             raise
@@ -281,9 +281,9 @@ def fake_call(call_id: object, arguments: str = '{"a":248,"b":15}', name: str = 
     return SimpleNamespace(id=call_id, type="function", function=function)
 
 
-def fake_response(finish_reason: object, content: object = None, tool_calls: object = None):
+def fake_response(finish_reason: object, content: object = None, tool_calls: object = None, **more):
     """形状同 SDK 的 ChatCompletion：response.choices[0].message / .finish_reason。"""
-    message = SimpleNamespace(role="assistant", content=content, tool_calls=tool_calls)
+    message = SimpleNamespace(role="assistant", content=content, tool_calls=tool_calls, **more)
     return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason=finish_reason)])
 
 
@@ -388,6 +388,7 @@ def check_stops() -> None:
         "tool_calls 为空": fake_response("tool_calls", tool_calls=[]),
         "choices 为空": SimpleNamespace(choices=[]),
         "空回答": fake_response("stop", content=" \u200b"),
+        "拒答": fake_response("stop", refusal="I can't help with that."),
         "只有 think 块": fake_response("stop", content="<think>3720</think>"),
         "写成文字的调用": fake_response("stop", content='{"name":"multiply","arguments":{}}'),
     }
@@ -412,8 +413,7 @@ def check_provider_fields() -> None:
     call = SimpleNamespace(**vars(fake_call("functions.multiply:0")), extra_content=signature)
     details = [{"type": "reasoning.encrypted", "data": "b3BhcXVl"}]
     private = dict(reasoning_content="先调用乘法工具", reasoning_details=details, reasoning="私有")
-    first = fake_response("tool_calls", content="<think>先乘</think>", tool_calls=[call])
-    first.choices[0].message.__dict__.update(private)
+    first = fake_response("tool_calls", content="<think>先乘</think>", tool_calls=[call], **private)
     final = fake_response("stop", content="<think>写出结果</think>\n\n" + ANSWER)
     outcome, client, _, lines = run_fake(first, final)
     echoed = client.requests[1]["messages"][1]
@@ -512,7 +512,7 @@ def shown_value(value: object) -> str:
 def answer_text(content: object) -> str:
     """要打印的回答：text 片段连起来（thinking 片段是推理），去掉开头的推理块。"""
     parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
-    return without_reasoning("".join(p["text"] or "" for p in parts if p["type"] == "text"))
+    return without_reasoning("".join(p["text"] or "" for p in parts if p.get("type") == "text"))
 
 
 def without_reasoning(text: str) -> str:
@@ -531,8 +531,9 @@ def as_json(value: object) -> str:
 
 def for_display(value: object, key: str = "") -> object:
     """课文讲到的字段照常显示，别的（推理、签名、用量……）写成“（已省略）”；开头的推理块也一样。"""
-    if isinstance(value, dict):
-        return {k: for_display(v, k) if k in SHOWN else "（已省略）" for k, v in value.items()}
+    if isinstance(value, dict):  # 推理片段（type 不是 text）里的 text 也是推理
+        shown = SHOWN if value.get("type") in (None, "text", "function") else {"type"}
+        return {k: for_display(v, k) if k in shown else "（已省略）" for k, v in value.items()}
     if isinstance(value, list):
         return [for_display(item, key) for item in value]
     if key == "content" and isinstance(value, str) and without_reasoning(value) != value.lstrip():
@@ -545,9 +546,10 @@ def secrets_in(environment: dict) -> set:
     一段、地址里的 用户名:密码 和 8 个字符以上的密码。"""
     key = environment.get("OPENAI_API_KEY", "").strip()
     found = {key} if len(key) >= 8 else set()
-    for value in environment.values():
+    for name, value in environment.items():
         found.update(KEY_LIKE.findall(value))
-        for info in re.findall(r"(?s)^\s*(?:[A-Za-z][\w+.-]*:/*)?(.+)@", value):  # 到最后的 @
+        userinfo = re.findall(r"(?s)^\s*(?:[A-Za-z][\w+.-]*:/*)?(.+)@", value)  # 到最后的 @
+        for info in userinfo if re.search(r"(?i)_proxy$|_url$", name) else []:  # 只有地址里有
             found.update(s for s in (info, info.partition(":")[2]) if len(s) >= 8 or s == info)
     return found
 
@@ -560,19 +562,18 @@ def secret_mask(secrets: set) -> object:
 
     forms, starts, alphabet = set(), set(), set()
     for secret in secrets:
-        escaped, once = quote(secret, safe=""), json.dumps(secret)[1:-1]
-        lower = re.sub("%..", lambda match: match[0].lower(), escaped)
-        these = {secret, " ".join(secret.split()), once, json.dumps(once)[1:-1], escaped, lower}
+        escaped = quote(secret, safe="", errors="backslashreplace")  # 大小写两种：下面不分大小写
+        once = json.dumps(secret)[1:-1]
+        these = {secret, " ".join(secret.split()), once, json.dumps(once)[1:-1], escaped}
         these.add(json.dumps(secret, ensure_ascii=False)[1:-1])
         starts |= {re.escape(form[:8]) for form in these if len(form) >= 8}
         alphabet |= set("".join(these))
-        if not any(
-            secret != other and secret in other for other in secrets
-        ):  # key 里的一段不算整段
+        # key 里像 key 的一段不算整段：不然它先被遮住，截断了的 key 剩下的部分就露出来
+        if not any(secret != other and secret in other for other in secrets):
             forms |= these
     whole = "|".join(map(re.escape, sorted(forms, key=len, reverse=True)))
     run = f"(?:{'|'.join(starts)})[{re.escape(''.join(alphabet))}]*" if starts else ""
-    secret = re.compile("|".join(filter(None, (whole, run))) or r"(?!)")
+    secret = re.compile("|".join(filter(None, (whole, run))) or r"(?!)", re.IGNORECASE)
 
     def mask(text: str) -> str:
         text = re.sub(r"\b([A-Za-z][\w+.-]*://)[^\s/@]+@", r"\1***@", secret.sub("***", text))
@@ -632,9 +633,9 @@ def read_response(body: bytes) -> object:
     """HTTP 200 的字节在这里变成 SDK 的响应对象；不是要的 JSON，就说出它是什么（退出码 3）。"""
     from openai.types.chat import ChatCompletion
 
-    start = body.lstrip()[:6]
+    start, hint = body.lstrip()[:6], "看服务端日志或中间的网关、代理；一直如此就换端点"
     try:
-        text = body.decode("utf-8")
+        text = body.decode("utf-8-sig")  # JSON 的标准允许开头的 BOM
         data = json.loads(text)
     except UnicodeDecodeError as error:  # 例如 GBK 编码的 JSON，或没有声明的压缩数据
         what = f"不是 UTF-8 文本（第 {error.start + 1} 个字节是 0x{body[error.start]:02x}）"
@@ -643,18 +644,19 @@ def read_response(body: bytes) -> object:
         if start.startswith((b"data:", b"event:")):
             what = "是事件流（data: …）：端点按流式回答了这个普通请求"
         if start.startswith(b"<"):
-            what = f"是一张网页：{quoted(text)}"
+            what, hint = f"是一张网页：{quoted(text)}", HINT_PAGE
     else:
         brackets = re.sub(r'"(?:[^"\\]|\\.)*"|[^\[\]{}]', "", text)
         for _ in range(MAX_DEPTH):  # 每一遍去掉最里面的一层括号
             brackets = re.sub(r"\[\]|\{\}", "", brackets)
         what = f"嵌套超过 {MAX_DEPTH} 层，不是回复该有的样子" if brackets else ""
         if not what and isinstance(data, dict) and isinstance(data.get("choices"), list):
-            return ChatCompletion.construct(**data)
+            with contextlib.suppress(AttributeError, TypeError):  # 键名撞上 SDK 的参数名时
+                return ChatCompletion.construct(**data)
+            what = "里有 SDK 读不了的键（如 _fields_set）"
         if not what:
             what = f"HTTP 200，响应体里没有 choices：{quoted(data)}"
             raise provider_stop(what, provider_words(data), 200)
-    hint = HINT_PAGE if "网页" in what else "看服务端日志或中间的网关、代理；一直如此就换端点"
     raise AgentStop(PROVIDER, f"HTTP 200，但响应体{what}", hint, EXIT_REQUEST_FAILED)
 
 
@@ -678,10 +680,9 @@ def field_problem(message: object) -> str:
         return "choices[0] 里没有 message"
     content = message.content
     parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
-    for number, part in enumerate(parts, start=1):
-        kind = part.get("type") if isinstance(part, dict) else None
-        text = part.get("text") if kind == "text" else 0
-        if kind != "thinking" and not isinstance(text, (str, type(None))):
+    for number, part in enumerate(parts, start=1):  # 别的类型的片段（引用、推理）不算回答，也不挡路
+        text = part.get("text") if isinstance(part, dict) and part.get("type") == "text" else ""
+        if not isinstance(part, dict) or not isinstance(text, (str, type(None))):
             return f"content 的第 {number} 段不是文本：{clip(part, 80)}"
     if not isinstance(message.tool_calls, (list, type(None))):
         return f"tool_calls 是 {clip(message.tool_calls, 60)}，不是列表"
@@ -706,8 +707,7 @@ def field_problem(message: object) -> str:
     return ""
 
 
-# finish_reason 的含义与建议；表外的值原样引用（它也是 Provider 的原话）。智谱的两个值见其 API 参考
-HINT_POLICY = "换一种问法，或查看 Provider 的内容策略"
+# OpenAI 协议里的 finish_reason 的含义与建议；表外的值原样引用：它是这个 Provider 自己的说法
 HINT_LENGTH = (
     "输出上限或上下文窗口：调大 max_tokens（llama-server 的 -n/--n-predict，Ollama 的 "
     "num_predict），或换上下文更大的模型、缩短问题"
@@ -717,15 +717,13 @@ FINISH_REASONS = {
     "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_POLICY),
     "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
     "function_call": (PROVIDER, "OpenAI 已弃用的旧 functions 协议", HINT_ENDPOINT),
-    "sensitive": (PROVIDER, "内容被 Provider 的安全审核拦下（智谱）", HINT_POLICY),
-    "network_error": (PROVIDER, "Provider 的推理服务出错（智谱）", "稍后再试；一直如此就换模型"),
 }
+HINT_UNKNOWN = "照这个值的字面意思查 Provider 的文档；它说不出原因（null、空串）就换模型或端点"
 
 
 def finish_reason_stop(finish_reason: object, with_tool_calls: bool) -> AgentStop:
     """finish_reason 不是自然结束时的 AgentStop：说出它的含义；有调用时说明一个都没执行。"""
-    worded = len(re.findall(r"[A-Za-z]+", str(finish_reason))) > 1  # model_context_window_exceeded
-    unknown = (PROVIDER, "不是 OpenAI 协议中的值", HINT_WORDS if worded else HINT_ENDPOINT)
+    unknown = (PROVIDER, "不在 OpenAI 协议里，是这个 Provider 自己的值", HINT_UNKNOWN)
     link, meaning, hint = FINISH_REASONS.get(str(finish_reason), unknown)  # 值也可能是 [] 或 {}
     shown = clip(json.dumps(finish_reason, ensure_ascii=False, default=repr), 40)
     if with_tool_calls:
@@ -740,7 +738,7 @@ def finish_reason_stop(finish_reason: object, with_tool_calls: bool) -> AgentSto
 # <｜tool▁calls▁begin｜> 与 <｜DSML｜（DeepSeek），和后面紧跟着调用的 <tool_call>（Qwen、GLM）、
 # <minimax:tool_call>、<function=（Llama 3.1）、[TOOL_CALLS]（Mistral）；末尾的结束记号不算。
 # 二：去掉推理块、一层代码围栏，整段是（或开头就是）写着函数名和参数的 JSON，或所给工具的
-# name(...)。别的都是回答。各家标记的出处见 README。
+# name(...)。别的都是回答。各家标记的出处见 REFERENCE.md。
 TEMPLATE_TOKEN = r"<\|[\w.:-]{1,40}\|>|<｜[^<>｜\n]{1,40}｜>?"
 CALL_TAG = r"(?:<tool_call>|<minimax:tool_call>|<function=|\[TOOL_CALLS\])\s*"
 CALL_TAG += r"(?:[\[{<]|[A-Za-z_][\w.:-]*\s*(?:<(?!/)|[>\[{(]))"  # 后面是调用，不是提到它的话
@@ -762,7 +760,7 @@ def looks_like_tool_call_text(text: str) -> bool:
     body = re.sub(rf"(?:\s*(?:{TEMPLATE_TOKEN}|</tool_call>))+\s*\Z", "", text.strip())
     if re.search(f"{TEMPLATE_TOKEN}|{CALL_TAG}", body):
         return True
-    fence = re.fullmatch(r"(```|~~~)[ \t]*[\w-]*[ \t]*\n(.*?)\n?[ \t]*\1", body, re.S)
+    fence = re.fullmatch(r"(```|~~~)[ \t]*[\w-]*[ \t]*\n(.*?)(?:\n?[ \t]*\1)?", body, re.S)
     body = fence[2].strip() if fence else body
     offered = "|".join(re.escape(tool["function"]["name"]) for tool in TOOLS)
     call = rf"(?:{offered})\s*\([^()]*\)"  # Llama 3.2、Gemma 的写法：[multiply(a=2, b=3)]
@@ -835,15 +833,19 @@ def provider_words(body: object) -> str:
     if isinstance(body, str):
         page = body[:4000]  # 只看开头：找标题的工作量有上限
         title = re.search(r"(?is)<title>(.*?)(?:</title>|$)", page)
-        return " ".join(re.sub(r"<[^<>]*(>|$)", " ", title[1] if title else page).split())
+        words = " ".join(re.sub(r"<[^<>]*(>|$)", " ", title[1] if title else page).split())
+        return "" if "\ufffd" in words else words
     said = [json.loads(f'"{text}"') for text in re.findall(WORDS, json.dumps(body, default=repr))]
     said = [provider_words(text) if text.lstrip()[:1] in ("{", "[") else text for text in said[:3]]
-    return clip("：".join(dict.fromkeys(text for text in said if text.strip())), 4000)
+    words = clip("：".join(dict.fromkeys(text for text in said if text.strip())), 4000)
+    return "" if "\ufffd" in words else words  # 替换字符：原来的字节不是 UTF-8，读不出原话
 
 
 def quoted(body: object) -> str:
     """报告里引用的原话；没有话可引时，说出响应体是什么样子。"""
     words = provider_words(body)
+    if "\ufffd" in str(body):  # SDK 读错误体时把不是 UTF-8 的字节换成了替换字符
+        return "（响应体不是 UTF-8 文本）"
     if words or not isinstance(body, str):
         return clip(words or body)
     return f"（{len(body)} 个字符的响应体里没有可读的文字）" if body.strip() else "（响应体是空的）"
@@ -864,7 +866,7 @@ def provider_stop(what: str, words: str, status: int, exit_code: int = EXIT_REQU
 HINT_LOCAL = "本地服务（Ollama、llama.cpp、vLLM）用 http://，不是 https://"
 HINT_PROXY = (  # Clash、V2Ray 常给 socks5:// 代理，httpx 要多装 socksio 才能用
     "检查 {name}：代理是否在运行、地址（普通代理用 http://，socks5:// 要 python -m pip install "
-    "socksio）、端口和认证；本机或内网端点加进 NO_PROXY（如 127.0.0.1,localhost），或 unset {name}"
+    "socksio）、端口和认证；本机或内网端点加进 NO_PROXY（如 127.0.0.1,localhost）"
 )
 
 
@@ -910,7 +912,8 @@ def explain_request_failure(error: BaseException, base_url: str, proxy: tuple) -
 
 def through_proxy(what: str, proxy: tuple) -> AgentStop:
     what = f"请求没能经代理 {proxy[1]}（{proxy[0]}）送到端点：{what}"
-    return AgentStop(SDK_NETWORK, what, HINT_PROXY.format(name=proxy[0]), EXIT_REQUEST_FAILED)
+    unset = f"，或 unset {proxy[0]}" if proxy[0].isascii() else ""  # 系统代理设置不是变量
+    return AgentStop(SDK_NETWORK, what, HINT_PROXY.format(name=proxy[0]) + unset, 3)
 
 
 class OnlineClient:
@@ -956,6 +959,10 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS = 60.0, 3600.0  # SDK 默认等 10 分钟，学习时太久
 MAX_RETRIES = 1  # SDK 默认重试 2 次；配置错误（如 500 Unsupported param）重试也没用
 VARIABLES = ("OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_BASE_URL", "OPENAI_TIMEOUT")
+REQUIRED = {
+    "OPENAI_API_KEY": "本地服务不校验 key，可填 local",
+    "OPENAI_MODEL": "支持 Tool Calling 的模型名",
+}
 OLD_NAMES = {"OPENAI_API_BASE": "OPENAI_BASE_URL"}  # openai<1.0 与 LangChain 读的旧名字
 # 像 key 的一段：sk-…、gsk_…、xai-…、AIza…、JWT、32 位以上的字母数字（智谱）、UUID
 KEY_LIKE = re.compile(
@@ -981,7 +988,7 @@ def shape_of(value: str) -> str:
         return "地址"
     if KEY_LIKE.search(value):
         return "API Key"
-    return "秒数" if re.fullmatch(r"\d*\.?\d+", value) else "名字"
+    return "秒数" if re.fullmatch(r"\d+\.?\d*|\.\d+", value) else "名字"
 
 
 def config_error(what: str, hint: str) -> AgentStop:
@@ -1000,11 +1007,8 @@ def check_config(environment: dict) -> dict:
         if near:
             what = f"没有设 {name}，设着的却是 {others[near[0]]}：脚本不读它"
             raise config_error(what, f"改成 {name} 这个名字：export {name}=...")
-        if name in ("OPENAI_API_KEY", "OPENAI_MODEL"):
-            need = (
-                "本地服务不校验 key，可填 local" if "KEY" in name else "支持 Tool Calling 的模型名"
-            )
-            raise config_error(f"缺少环境变量 {name}", f"export {name}=...（{need}）")
+        if name in REQUIRED:
+            raise config_error(f"缺少环境变量 {name}", f"export {name}=...（{REQUIRED[name]}）")
     if "OPENAI_CUSTOM_HEADERS" in others:  # SDK 会读它，把里面的头（甚至别人的 key）随请求发出
         what = "设着 OPENAI_CUSTOM_HEADERS：SDK 会把其中的每个头随请求发给这个端点"
         raise config_error(what, "本课不用它：unset OPENAI_CUSTOM_HEADERS")
@@ -1041,7 +1045,13 @@ def config_problem(name: str, values: dict) -> tuple:
         return "还是 README 或课文里的占位符", "换成你自己的真实值"
     if name == "OPENAI_API_KEY" and re.match(r"(?i)bearer\s", value):
         return "开头多了 Bearer（SDK 会自己加）", "删掉 Bearer 和空格，只留 key"
-    odd = [i for i, c in enumerate(value) if c.isspace() or not (c.isascii() and c.isprintable())]
+    # key、地址、秒数只能是 ASCII（key 还要放进 HTTP 头）；模型名在请求体里，别的文字也可以
+    ascii_only = name != "OPENAI_MODEL"
+    odd = [
+        i
+        for i, c in enumerate(value)
+        if c.isspace() or not c.isprintable() or (ascii_only and not c.isascii())
+    ]
     char = value[odd[0]] if odd else ""
     where, half = f"第 {odd[0] + 1 if odd else 0} 个字符", unicodedata.normalize("NFKC", char)
     if char.isspace():

@@ -365,6 +365,11 @@ def test_an_unexpanded_reference_names_the_variable_that_was_not_expanded(run, e
         pytest.param({"OPENAI_MODEL": "Qwen/Qwen2.5-7B-Instruct"}, id="model-with-dots-and-slash"),
         pytest.param({"OPENAI_MODEL": "deepseek-v4-flash", "OPENAI_TIMEOUT": "60"}, id="timeout"),
         pytest.param({"OPENAI_MODEL": "qwen2.5:7b", "OPENAI_API_KEY": "local"}, id="local-key"),
+        pytest.param({"OPENAI_MODEL": "m", "OPENAI_TIMEOUT": "5."}, id="timeout-with-a-dot"),
+        # a gateway alias: the model goes in the JSON body, not in a header, so it may be Chinese
+        pytest.param({"OPENAI_MODEL": "通义千问-plus"}, id="non-ascii-model-alias"),
+        # LiteLLM / Vertex names carry a version after @: a model, not user:password@host
+        pytest.param({"OPENAI_MODEL": "claude-3-5-sonnet-v2@20241022"}, id="model-with-at"),
     ],
 )
 def test_a_near_miss_is_not_reported(run, env, server, overrides):
@@ -523,3 +528,19 @@ def test_without_openai_the_hint_is_a_pip_command_that_works_from_any_directory(
 ):
     err = run([], env).err
     assert ('pip install "openai>=1.109.1,<4"' in err, "requirements" in err) == (True, False), err
+
+
+def test_a_model_name_with_an_at_sign_is_shown_not_masked(run, env, server):
+    model = "claude-3-5-sonnet-v2@20241022"
+    server.script(completion(content=f"我是 {model}，3720"))
+    result = run([], {**env, "OPENAI_MODEL": model})
+    assert (result.code, result.out.splitlines()[-1]) == (0, f"Agent> 我是 {model}，3720")
+
+
+def test_a_key_with_a_byte_that_is_not_utf8_cannot_crash_even_the_self_check(run):
+    # os.environ holds a byte that is not UTF-8 as a lone surrogate (surrogateescape)
+    for key in ["sk-abcdefgh\udcffijklmnop", "sk-\udce4" + "x" * 20]:
+        result = run(["--self-check"], {"OPENAI_API_KEY": key})
+        assert (result.code, result.out.splitlines()[-1]) == (0, "self-check passed"), result.err
+    proxy = {"HTTPS_PROXY": "http://learner:p\udce4ss-word-123@proxy.example:8080"}
+    assert run(["--demo"], proxy).code == 0

@@ -593,3 +593,17 @@ def test_in_one_pipe_the_report_comes_after_the_steps_and_nothing_else_is_added(
     assert lines[:2] == ARTICLE_LINES[:2]
     assert lines[2].startswith("[Provider] step 2: HTTP 400：bad second turn")
     assert lines[3].startswith("最后一个成功事件：call_1 的 Tool Result 已写入历史")
+
+
+def test_a_proxy_the_run_did_not_read_from_a_variable_is_not_told_to_unset(
+    provider, capsys, monkeypatch
+):
+    # The HTTP library decides from the process environment (or the system settings); when no
+    # variable the run read holds that proxy, the report names the system settings, and there is
+    # no variable to unset
+    monkeypatch.setenv("HTTP_PROXY", dead_proxy())
+    environ = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+    code = lesson.main([], environ)
+    first, second = capsys.readouterr().err.splitlines()
+    assert code == 3 and "系统代理设置" in first, first
+    assert "unset" not in second and "NO_PROXY" in second, second

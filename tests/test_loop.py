@@ -436,6 +436,9 @@ CALLS_WRITTEN_AS_TEXT = {
     # the same run (tests/recordings/13): two opening braces, one closing brace too many
     "extra closing brace (real)": '{{"name": "hello", "arguments": {}}}}',
 }
+# a fenced call the model never closed (the fence ends with the reply): the shape of recording 01,
+# cut where a model that stops early would stop
+CALLS_WRITTEN_AS_TEXT["unclosed fence"] = '```json\n{"name": "multiply", "arguments": {"a": 248}}'
 CALL_TAG_TEXTS = {  # rule 1: chat-template markup, at the start or after a line of prose
     "qwen tag": '<tool_call>{"name": "multiply", "arguments": {}}',
     "qwen tag on its own lines": '<tool_call>\n{"name": "multiply", "arguments": {"a": 2}}\n'

@@ -1421,3 +1421,52 @@ def test_run_agent_treats_sdk_objects_and_fakes_alike():
     )
     assert real[0] == fake[0] and real[2] == fake[2] and real[3] == fake[3]
     assert real[1].requests == fake[1].requests
+
+
+# --- review findings: each once reached the wrong outcome -------------------------------------
+
+
+def test_a_reply_that_starts_with_a_utf8_bom_is_read(run, provider):
+    # RFC 8259 §8.1 lets a parser ignore a BOM; the SDK's own parser did, so the gate must too
+    provider.script(Reply(body=b"\xef\xbb\xbf" + json.dumps(FINAL).encode(), content_type=""))
+    result = run()
+    assert (result.code, result.out.splitlines()[-1]) == (0, "Agent> 248 乘以 15 等于 3720。")
+
+
+def test_an_error_body_that_is_not_utf8_is_described_not_quoted_as_mojibake(run, provider):
+    body = json.dumps({"error": {"message": "余额不足"}}, ensure_ascii=False).encode("gbk")
+    provider.script(Reply(status=400, body=body, content_type="application/json"))
+    result = run()
+    assert_clean_failure(result, 3, "[Provider] step 1: HTTP 400：")
+    first, second = result.err.splitlines()
+    assert "不是 UTF-8" in first and "\ufffd" not in result.err
+    assert not second.endswith(lesson.HINT_WORDS)  # there are no words to act on
+
+
+def test_a_body_key_that_collides_with_the_sdks_own_parameter_is_the_providers_failure(
+    run, provider
+):
+    body = dict(FINAL, _fields_set=1)  # openai's BaseModel.construct() takes _fields_set itself
+    provider.script(body)
+    result = run()
+    assert_clean_failure(result, 3, "[Provider] step 1: HTTP 200")
+
+
+def test_a_content_part_that_is_not_text_is_not_the_answer_and_does_not_stop_it(run, provider):
+    # Mistral's reference chunks sit beside text chunks (docs.mistral.ai, "citations"): the text
+    # parts are the answer; other parts go back unchanged and are not printed
+    parts = [
+        {"type": "text", "text": "248 乘以 15 等于 3720。"},
+        {"type": "reference", "reference_ids": [1]},
+    ]
+    provider.script(completion(content=parts))
+    result = run()
+    assert (result.code, result.out.splitlines()[-1]) == (0, "Agent> 248 乘以 15 等于 3720。")
+
+
+def test_a_thinking_part_that_carries_its_reasoning_as_text_is_not_shown(run, provider):
+    parts = [{"type": "thinking", "text": "SECRET-REASONING"}, {"type": "text", "text": "3720"}]
+    provider.script(completion(content=parts))
+    result = run("--show-messages")
+    assert result.code == 0 and "Agent> 3720\n" in result.out
+    assert "SECRET-REASONING" not in result.everything

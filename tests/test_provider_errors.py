@@ -1183,10 +1183,11 @@ def test_glm_sensitive_or_network_error_stops_the_turn(run, provider, reason):
 # --- 智谱 / Z.ai: a finish_reason outside OpenAI's list that names its cause ---------------------
 # mateaix/mateclaw#131 (2026-05-15): finish_reason "model_context_window_exceeded" from glm-5-turbo
 # (a streaming chunk there; anomalyco/opencode#18813, 2026-03-23, and earendil-works/pi#2700 report
-# it too). Its words say what happened, so the report quotes it and says to act on them; a bare
-# value like "eos" says nothing and is the endpoint not speaking OpenAI's protocol.
+# it too). A value outside OpenAI's list is the provider's own word: the report quotes it and the
+# hint says to read it literally (never "this endpoint deviates from the protocol", the opposite of
+# what a value that names its cause says); only OpenAI's own values have a meaning of their own.
 
-UNKNOWN_REASONS = {"model_context_window_exceeded": "HINT_WORDS", "eos": "HINT_ENDPOINT"}
+UNKNOWN_REASONS = {"model_context_window_exceeded": "HINT_UNKNOWN", "eos": "HINT_UNKNOWN"}
 
 
 @pytest.mark.parametrize("calls", [None, [GLM_CALL]], ids=["no call", "beside a call"])
@@ -1200,6 +1201,7 @@ def test_an_unknown_finish_reason_is_quoted_and_only_words_are_acted_on(
     first, second = result.err.splitlines()
     assert first.startswith("[Provider] step 1: ") and reason in first, first
     assert second.endswith("建议：" + getattr(lesson, hint)), second
+    assert lesson.HINT_ENDPOINT not in second  # a quoted word is not "the protocol was broken"
     assert result.out.splitlines() == [f"step 1: finish_reason={reason}"]  # nothing ran
     assert len(provider.requests) == 1 and KEY not in result.everything
 

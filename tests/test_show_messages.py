@@ -83,9 +83,10 @@ STOPS = {
     "empty answer": (completion(content=""), "空回答"),
     "refusal": (completion(content=None, refusal="I can't"), "拒绝"),
     "call written as text": (completion(content='{"name": "multiply", "arguments": {}}'), "文字"),
-    "content has an image part": (
+    # a part that is not text (an image, Mistral's reference chunk) carries no answer text
+    "content has only an image part": (
         completion(content=[{"type": "image_url", "image_url": {"url": "x"}}]),
-        "content",
+        "空回答",
     ),
     "call without type": (tool_turn(tool_call("call_1", "multiply", ARGS, type=OMIT)), "type"),
     "call without arguments": (
