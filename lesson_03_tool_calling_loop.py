@@ -569,15 +569,16 @@ def variable_problem(name: str, value: str) -> tuple:
 
 # ---- 请求失败：一次请求只发一次；按 SDK 的异常类型和状态码分类，先引用 Provider 的原话 ----
 HINT_BALANCE = "余额、额度或免费额度用完了，或账户欠费：到 Provider 控制台充值或开通付费，或换 key"
+HINT_WORDS = "按上面 Provider 的原话处理"
 HINT_MODEL = "检查 OPENAI_MODEL：与 Provider 模型列表一字不差、账户已开通；经网关时令牌要有权用它"
-# 状态码会误导时才认字样：这些说法在哪个状态码下都只有一个意思（余额用完也会回 400、403、429，不支持
-# tools 也会回 404、500）。每行的真实错误体、近似说法与出处在 tests/test_provider_errors.py
+# 状态码会误导时才认说法（余额用完也回 400、403、429）；各行的真实错误体与出处在测试里
 # fmt: off
 PHRASES = [  # (说法, 失败的一环, 建议)
     (r"support (tools|tool use|function call)|param:? tools|tools param|tool choice requires",
      MODEL, "换支持 tools 的模型或端点（vLLM 开自动工具选择，llama.cpp 加 --jinja）；不用改工具"),
     (r"insufficient (balance|quota)|balance is insufficient|current quota|paid balance|arrearage"
      r"|overdue|good standing|free tier|余额不足|欠费|额度", PROVIDER, HINT_BALANCE),
+    (r"bind your", PROVIDER, HINT_WORDS),  # 魔搭的 401：先去绑定阿里云账号，不是 key 错了
     (r"model\b.{0,60}(does not exist|not found)|not found the model|not activated the model"
      r"|endpoint that does not exist|not supported for format|无可用渠道|模型不存在"
      r"|无权(使用|访问)模型", PROVIDER, HINT_MODEL),
@@ -615,7 +616,7 @@ def provider_failure(what: str, status: int, text: str) -> RequestFailed:
     rows = [(link, hint) for pattern, link, hint in PHRASES if re.search(pattern, said)]
     link, hint = (rows or [(PROVIDER, "")])[0]
     hint = hint or (HINT_MODEL if status == 404 and "model" in said else STATUS_HINTS.get(status))
-    hint = hint or ("按上面 Provider 的原话处理" if words else "看服务端日志，或换端点")
+    hint = hint or (HINT_WORDS if words else "看服务端日志，或换端点")
     return RequestFailed(link, f"{what}{clip(words or text) or '（响应体是空的）'}", hint)
 
 
@@ -760,9 +761,8 @@ def reply_problem(message: object) -> str:
         function = fields["function"] if isinstance(fields.get("function"), dict) else {}
         texts = [function.get("name"), function.get("arguments"), fields.get("id") or ""]
         if fields.get("type") != "function" or not all(isinstance(text, str) for text in texts):
-            shown = clip(call, 60)
             return (
-                f"第 {number} 个 Tool Call 不是 function 调用，或名字、参数、id 不是文本：{shown}"
+                f"第 {number} 个 Tool Call 的 type、name、arguments、id 不合协议：{clip(call, 60)}"
             )
     return ""
 
