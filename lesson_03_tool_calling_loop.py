@@ -630,7 +630,9 @@ def explain_request_failure(error: Exception, config: dict) -> RequestFailed:
     hint = "检查地址、端口和服务是否已启动；本地服务（Ollama、llama.cpp、vLLM）用 http://"
     reason = "连不上服务器，或连上后没收到响应（TLS 出错的，原因里写着 SSL）"
     if isinstance(error, openai.APITimeoutError):
-        reason = "超时：5 秒内没连上，或连上后没等到响应（本课不重试）"
+        reason = (
+            f"超时：{config['timeout']:g} 秒内没连上或没等到响应（连接最多等 5 秒；本课不重试）"
+        )
         hint += "；本地模型慢就调大 OPENAI_TIMEOUT"
     proxies = [n for n, v in config["environment"].items() if n.lower().endswith("_proxy") and v]
     if proxies:  # 代理由 SDK 的 HTTP 库照这些变量决定；本机、内网的端点常常不该经过它
