@@ -412,9 +412,8 @@ def check_stops() -> None:
 
 def check_max_steps() -> None:
     outcome, client, messages, _ = run_fake(*[fake_turn(f"call_{n}") for n in range(2 * MAX_STEPS)])
-    expect(
-        getattr(outcome, "reason", "") == f"超过最大步骤数：{MAX_STEPS}", f"没停在上限：{outcome}"
-    )
+    stopped = getattr(outcome, "reason", "")
+    expect(stopped == f"超过最大步骤数：{MAX_STEPS}", f"应停在步数上限：{outcome}")
     expect(len(client.requests) == MAX_STEPS, f"应正好发出 {MAX_STEPS} 次请求")
     last = f"call_{MAX_STEPS - 1}"
     expect(messages[-1].get("tool_call_id") == last, "最后一次工具结果应写入本地历史")
@@ -452,7 +451,7 @@ SELF_CHECKS = [
 
 
 def self_check() -> int:
-    """用与 SDK 响应同形的假对象逐项离线检查；失败时指出是哪一项，退出码 1。"""
+    """用写成 JSON 的假响应逐项离线检查（它们也过 read_reply）；失败时指出是哪一项，退出码 1。"""
     for number, (name, check) in enumerate(SELF_CHECKS, start=1):
         try:
             check()
@@ -466,7 +465,7 @@ def self_check() -> int:
 
 
 def demo() -> int:
-    """没有 API Key 也能看 Loop 真跑：把与 SDK 同形的预设响应喂给真正的 run_agent。"""
+    """没有 API Key 也能看 Loop 真跑：预设的响应体过 read_reply，再喂给真正的 run_agent。"""
     article = [fake_turn("call_1"), fake_response("stop", ANSWER)]
     as_data = [fake_turn("call_1", CODE_AS_ARGUMENT), fake_turn("call_2", '{"a":"248","b":15}')]
     as_data += [fake_turn("call_3"), article[1]]
@@ -630,9 +629,7 @@ def explain_request_failure(error: Exception, config: dict) -> RequestFailed:
     hint = "检查地址、端口和服务是否已启动；本地服务（Ollama、llama.cpp、vLLM）用 http://"
     reason = "连不上服务器，或连上后没收到响应（TLS 出错的，原因里写着 SSL）"
     if isinstance(error, openai.APITimeoutError):
-        reason = (
-            f"超时：{config['timeout']:g} 秒内没连上或没等到响应（连接最多等 5 秒；本课不重试）"
-        )
+        reason = f"超时：{config['timeout']:g} 秒内没连上或没等到响应（连接至多 5 秒；本课不重试）"
         hint += "；本地模型慢就调大 OPENAI_TIMEOUT"
     proxies = [n for n, v in config["environment"].items() if n.lower().endswith("_proxy") and v]
     if proxies:  # 代理由 SDK 的 HTTP 库照这些变量决定；本机、内网的端点常常不该经过它
@@ -763,9 +760,7 @@ def reply_problem(message: object) -> str:
         function = fields["function"] if isinstance(fields.get("function"), dict) else {}
         texts = [function.get("name"), function.get("arguments"), fields.get("id") or ""]
         if fields.get("type") != "function" or not all(isinstance(text, str) for text in texts):
-            return (
-                f"第 {number} 个 Tool Call 的 type、name、arguments、id 不合协议：{clip(call, 60)}"
-            )
+            return f"第 {number} 个 Tool Call 的 type、name、arguments 或 id 不对：{clip(call, 60)}"
     return ""
 
 
