@@ -850,6 +850,7 @@ def secret_mask(environment: dict) -> object:
     for value in environment.values():
         secrets.update(KEY_LIKE.findall(value) + re.findall(r"://[^/@\s:]*:([^/@\s]+)@", value))
     forms = {f for s in secrets for f in (s, json.dumps(s)[1:-1], quote(s, safe="")) if len(f) >= 8}
+    forms |= {form.replace("/", "\\/") for form in forms}  # JSON 也可以把 / 写成 \/（PHP 默认如此）
     starts = "|".join(re.escape(form[:8]) for form in forms)
     alphabet = re.escape("".join(set("".join(forms))))
     secret = re.compile(f"(?:{starts})[{alphabet}]*" if forms else r"(?!)", re.IGNORECASE)

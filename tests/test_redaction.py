@@ -1,31 +1,34 @@
-"""One redaction for everything shown: a sweep of where a secret can be put and how it can leak.
+"""Banner 文字出去, the one mask: no output shows the API key, wherever it was put.
 
-A secret that looks like a key is put into each variable the script reads, and for each
-placement main() is driven, in-process, down every exit path that placement allows:
-configuration error (2), request failure (3), a loop stop (1), success (0) and a harness bug
-(1, with its traceback). The provider and the model echo the secret back wherever they can
-(error bodies, an HTML title cut at 4000 characters, content, tool-call arguments and ids).
-Whatever happens, no form of it reaches stdout or stderr: not as it is, not its first 8
-characters, not JSON-escaped, not URL-encoded. Direct tests show the masking is the rule
-itself (secrets_in, secret_mask), not an artefact of one path: a property over random keys and
-every encoding a provider uses, and the two leaks of issue 23 end to end.
+The rule, as `secret_mask(environment)` applies it to everything SafeOutput writes:
 
-The SDK's HTTP client reads proxies and certificate files from os.environ, so every variable
-is set there (monkeypatch) and main() gets dict(os.environ), as the command line does.
+- Secret: OPENAI_API_KEY; a KEY_LIKE run (sk-…, gsk_…, xai-…, AIza…, a JWT, 32 or more letters
+  and digits, a UUID) in any environment value; the password of a URL's `user:password@` in any
+  environment value.
+- Its forms: as it is, JSON-escaped (json.dumps), %-escaped (quote(safe="")), in any letter case.
+- Each form is masked from its first 8 characters on, with the run of secret characters after
+  them: a copy cut short with `...` or `…` after 8 or more characters is masked too.
+- The short-key rule: a form shorter than 8 characters is never masked (a key like `local` would
+  otherwise eat ordinary words); a short key's %-escaped form can reach 8 characters
+  (`ab/cdef` -> `ab%2Fcdef`): that form is masked, the key as it is is not. Text that shares
+  fewer than 8 leading characters with every form is left as it is.
+- Any URL's `user:password@` is shown as `***@`; terminal control characters are escaped (ESC is
+  shown as \\u001b).
+
+Part one tests the rule directly, part two drives main() in-process down every output (the
+report, --show-messages, a harness-bug traceback, the usage error, the self-check), part three is
+a property over random keys in a provider's error body.
+
+Dropped with issue 28 (their tests went with them): a key JSON-escaped twice, whitespace folded
+into one line, the ensure_ascii=False JSON form, a URL's whole `user:password` as the secret.
 """
 
+import contextlib
+import io
 import json
 import os
 import re
-import selectors
-import shutil
-import socket
-import socketserver
-import ssl
-import threading
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, NamedTuple
+import string
 from urllib.parse import quote
 
 import openai  # noqa: F401  (no skip: without the SDK these tests must fail, not vanish)
@@ -34,654 +37,593 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import lesson_03_tool_calling_loop as lesson
-from tests.conftest import SMALL_CA_FILE
-from tests.provider_server import Reply, completion, tool_call
-from tests.runs import Run
+from tests.provider_server import ProviderServer, Reply, completion, tool_call
+from tests.runs import run_in_process
 
-pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
-SECRET = "sk-sweep-5f4e3d2c1b0a9988776655"  # KEY_LIKE: found in whichever variable holds it
-PLAIN_PASSWORD = "hunter2pass-plain"  # not KEY_LIKE: secret only as URL userinfo
-KEEP = 15  # characters of the secret left before a truncation mark "…"
-ORG_VARIABLES = ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID")  # the SDK's own; the script sends neither
+KEY = "sk-sweep-5f4e3d2c1b0a9988776655"  # KEY_LIKE: a secret in whichever variable holds it
+ODD = 'gw/7Hq+Zr2=Lm"9p\\Xv4Tn.K_e-y'  # its JSON-escaped and %-escaped forms differ from it
+EARLY = 'a"b\\c-0123456789xyz'  # JSON escapes within its first 8 characters
+PLAIN_PASSWORD = "hunter2pass-plain"  # not KEY_LIKE: a secret only as a URL's password
+KEEP = 15  # characters of a secret left before a cut "…"
 
 
-def forms(secret):
-    """Every way the secret could be seen, by name (for the failure message)."""
-    return {
-        "as it is": secret,
-        "first 8 characters": secret[:8],
-        "JSON-escaped": json.dumps(secret)[1:-1],
-        "JSON-escaped (ensure_ascii=False)": json.dumps(secret, ensure_ascii=False)[1:-1],
-        "URL-encoded": quote(secret, safe=""),
-    }
+def forms(key):
+    return {"as it is": key, "JSON-escaped": json.dumps(key)[1:-1], "%-escaped": pct(key)}
 
 
-def echo(secret):
-    """What a provider or model echoes: the secret as it is, JSON-escaped and URL-encoded."""
-    return f"{secret} json={json.dumps(secret)[1:-1]} url={quote(secret, safe='')}"
-
-
-def assert_not_shown(result, secret):
-    for name, form in forms(secret).items():
-        assert form not in result.everything, f"{name} {form!r} was shown:\n{result.everything}"
-
-
-# ---------------------------------------------------------------------------
-# The machine: no ambient proxy, certificate or OPENAI_* setting; a CONNECT proxy for https
-# ---------------------------------------------------------------------------
-
-
-def is_ambient(name):
-    """Read on the request path by the SDK, httpx or ssl, besides the script's own variables."""
-    ssl_files = ("SSL_CERT_FILE", "SSL_CERT_DIR", "SSLKEYLOGFILE", "OPENAI_")
-    return name.lower().endswith("_proxy") or name.upper().startswith(ssl_files)
-
-
-@pytest.fixture(autouse=True)
-def plain_environment(monkeypatch):
-    """Start from an environment with no proxy, certificate or OPENAI_* setting. The session's
-    small trust store (conftest) comes back: it keeps each client cheap and trusts the TLS
-    provider below; a case that places the secret in SSL_CERT_FILE replaces it."""
-    for name in [name for name in os.environ if is_ambient(name)]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("SSL_CERT_FILE", str(SMALL_CA_FILE))
-
-
-def relay(one, other):
-    """Copy bytes both ways until either side closes (or nothing moves for 5 s)."""
-    with selectors.DefaultSelector() as selector:
-        selector.register(one, selectors.EVENT_READ, other)
-        selector.register(other, selectors.EVENT_READ, one)
-        while events := selector.select(timeout=5):
-            for key, _ in events:
-                data = key.fileobj.recv(65536)
-                if not data:
-                    return
-                key.data.sendall(data)
-
-
-class _Tunnel(socketserver.BaseRequestHandler):
-    def handle(self):
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = self.request.recv(4096)
-            if not chunk:
-                return
-            head += chunk
-        target = head.split()[1].decode()
-        self.server.connects.append(target)
-        host, _, port = target.rpartition(":")
-        with socket.create_connection((host, int(port))) as upstream:
-            self.request.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            relay(self.request, upstream)
-
-
-class ConnectProxy(socketserver.ThreadingTCPServer):
-    """An HTTPS proxy on 127.0.0.1 that only tunnels (CONNECT host:port), recording targets."""
-
-    daemon_threads, block_on_close = True, False
-
-
-@pytest.fixture
-def connect_proxy():
-    with ConnectProxy(("127.0.0.1", 0), _Tunnel) as proxy:
-        proxy.connects = []
-        thread = threading.Thread(
-            target=proxy.serve_forever, kwargs={"poll_interval": 0.005}, daemon=True
-        )
-        thread.start()
-        yield proxy
-        proxy.shutdown()
-
-
-def speak_tls(provider):
-    """The scripted provider, speaking TLS with the small trust store's own certificate."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(SMALL_CA_FILE)
-    provider._httpd.socket = context.wrap_socket(provider._httpd.socket, server_side=True)
-
-
-# ---------------------------------------------------------------------------
-# Placements: which variable holds the secret, and what else the run needs
-# ---------------------------------------------------------------------------
-
-
-class Net(NamedTuple):
-    server: str  # host:port that answers: the provider, or the refusing port
-    dead: str  # host:port that refuses connections
-    tunnel: str  # host:port of the CONNECT proxy (the refusing port when refusing)
-    files: Path  # a directory named after the secret, for certificate and key-log paths
-
-
-RUNTIME = ("refused", "http-401", "html-title-cut", "length", "success", "bug")
-
-
-@dataclass
-class Placement:
-    id: str
-    env: Callable  # (secret, net) -> variables for the runtime paths; None: only config
-    config: Callable = None  # (secret, net) -> variables making a configuration error
-    config_names: str = ""  # the variable that configuration error names
-    config_shows: str = ""  # in its first line: the value echoed, the secret masked
-    quiet: bool = False  # the value is never echoed, not even masked
-    secret: str = SECRET
-    proxy: str = ""  # the proxy variable a request goes through
-    tls: bool = False  # the endpoint is https:// (through the CONNECT proxy)
-    paths: tuple = RUNTIME
-
-    def cases(self):
-        return [*(["config"] if self.config else []), *(self.paths if self.env else [])]
-
-
-def local(net):
-    return f"http://{net.server}/v1"
-
-
-def refused_by_check(name, how="whole", config=None):
-    """The secret in a variable check_config refuses: a config error, nothing else. `config`
-    builds the value (default: the secret is the whole value, a key where none belongs, which
-    is then never echoed)."""
-    return Placement(
-        f"{name}-{how}",
-        env=None,
-        config=config or (lambda s, n: {name: s}),
-        config_names=name,
-        quiet=config is None,
-    )
-
-
-def via_proxy(variable, how, value, **extra):
-    """The secret in a proxy variable. http:// endpoints: the provider is the forward proxy
-    (it answers absolute-form requests); https://: the CONNECT proxy tunnels to it."""
-    tls = variable == "HTTPS_PROXY"
-
-    def env(s, n):
-        endpoint = f"https://{n.server}/v1" if tls else f"http://{n.dead}/v1"
-        return {variable: value(s, n.tunnel if tls else n.server), "OPENAI_BASE_URL": endpoint}
-
-    def config(s, n):  # a scheme the library cannot use: the SDK cannot build its client
-        endpoint = f"https://{n.dead}/v1" if tls else f"http://{n.dead}/v1"
-        return {
-            variable: value(s, n.server).replace("http://", "ftp://"),
-            "OPENAI_BASE_URL": endpoint,
-        }
-
-    password = how.endswith("password")
-    return Placement(
-        f"{variable}-{how}",
-        env=env,
-        config=config if password else None,
-        config_names=variable,
-        proxy=variable,
-        tls=tls,
-        **extra,
-    )
-
-
-def with_password(s, where):
-    return f"http://learner:{s}@{where}"
-
-
-def ssl_file(name, runtime_file, config_file):
-    return Placement(
-        name,
-        env=lambda s, n: {name: str(n.files / runtime_file), "OPENAI_BASE_URL": local(n)},
-        config=lambda s, n: {name: str(n.files / config_file), "OPENAI_BASE_URL": local(n)},
-        config_names=name,
-    )
-
-
-PLACEMENTS = [
-    Placement(
-        "OPENAI_API_KEY",
-        env=lambda s, n: {"OPENAI_API_KEY": s, "OPENAI_BASE_URL": local(n)},
-        config=lambda s, n: {"OPENAI_API_KEY": f"Bearer {s}", "OPENAI_BASE_URL": local(n)},
-        config_names="OPENAI_API_KEY",
-        quiet=True,
-    ),
-    refused_by_check("OPENAI_MODEL"),
-    refused_by_check("OPENAI_BASE_URL"),
-    refused_by_check(
-        "OPENAI_BASE_URL",
-        how="query",
-        config=lambda s, n: {"OPENAI_BASE_URL": f"{local(n)}?key={s}"},
-    ),
-    refused_by_check(
-        "OPENAI_BASE_URL",
-        how="password",
-        config=lambda s, n: {"OPENAI_BASE_URL": f"{with_password(s, n.server)}/v1"},
-    ),
-    Placement(  # not KEY_LIKE, so echoed: masked as userinfo
-        "OPENAI_BASE_URL-plain-password",
-        env=None,
-        config=lambda s, n: {"OPENAI_BASE_URL": f"{with_password(s, n.server)}/v1"},
-        config_names="OPENAI_BASE_URL",
-        config_shows="http://***@127.0.0.1:",
-        secret=PLAIN_PASSWORD,
-    ),
-    refused_by_check("OPENAI_TIMEOUT"),
-    # Never sent (the SDK is told not to), still masked wherever it is echoed
-    *(
-        Placement(f"{name}-leftover", env=lambda s, n, v=name: {v: s, "OPENAI_BASE_URL": local(n)})
-        for name in ORG_VARIABLES
-    ),
-    *(via_proxy(v, "password", with_password) for v in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")),
-    via_proxy(
-        "HTTP_PROXY", "plain-password", with_password, secret=PLAIN_PASSWORD, paths=("refused",)
-    ),
-    # The whole value: httpx reads it as http://<secret>, a host that does not resolve
-    *(
-        via_proxy(v, "whole", lambda s, where: s, paths=("refused",))
-        for v in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
-    ),
-    ssl_file("SSL_CERT_FILE", "ca.pem", "missing.pem"),
-    ssl_file("SSLKEYLOGFILE", "keys.log", "no-dir/keys.log"),
-]
-
-
-# ---------------------------------------------------------------------------
-# Exit paths: what the provider says, and how the run must end
-# ---------------------------------------------------------------------------
-
-
-def error_page(secret):
-    """An HTML error page whose <title> holds the secret across the 4000-character cut."""
-    start = "<html><head><title>Invalid API key: "
-    page = "<p>" + "x" * (4000 - KEEP - len(start) - 3) + start + secret + "</title></head>"
-    assert page.index(secret) + KEEP == 4000
-    return Reply(
-        status=401, body=(page + "<body>denied</body></html>").encode(), content_type="text/html"
-    )
-
-
-def key_error(secret):
-    """A 401 echoing the secret in full, and once more across the 200-character clip."""
-    said = f"Incorrect API key provided: {echo(secret)}. Again: "
-    said += "." * (199 - KEEP - len(said)) + secret
-    body = {"error": {"message": said, "type": "invalid_request_error", "code": "invalid_api_key"}}
-    return Reply(status=401, json=body)
-
-
-def tool_turn(*calls):
-    return completion(tool_calls=list(calls), finish_reason="tool_calls")
-
-
-def echoing_calls(secret):
-    """An argument key with the secret (its 80-character clip in the error cuts the secret), and
-    a call id whose 80-character clip in the step line cuts it too."""
-    key = "k" * (67 - KEEP) + secret  # clip(sorted(arguments), 80) ends KEEP characters in
-    call_id = "call_" + "x" * (74 - KEEP) + secret
-    return [
-        tool_call("call_1", "multiply", json.dumps({"a": 248, "b": 15, key: 1})),
-        tool_call(call_id, "multiply", '{"a":6,"b":7}'),
-    ]
-
-
-def replies(path, secret):
-    return {
-        "http-401": [key_error(secret)],
-        "html-title-cut": [error_page(secret)],
-        "length": [completion(content=f"248 乘以 15 是 {echo(secret)}", finish_reason="length")],
-        "success": [tool_turn(*echoing_calls(secret)), completion(content=f"3720。{echo(secret)}")],
-        "bug": [tool_turn(*echoing_calls(secret))],
-    }.get(path, [])
-
-
-def check_path(path, result, placement):
-    """The run went down `path` (else the sweep would prove nothing), with its exit code."""
-    first = result.err.splitlines()[0] if result.err else ""
-    expected = {"config": 2, "refused": 3, "http-401": 3, "html-title-cut": 3, "length": 1}
-    assert result.code == {**expected, "success": 0, "bug": 1}[path], result.everything
-    if path == "config":
-        assert first.startswith("[Harness] ") and placement.config_names in result.err, first
-        assert placement.config_shows in first, first
-        if placement.quiet:
-            assert "***" not in result.everything  # never echoed, not even masked
-    elif path == "refused":
-        assert first.startswith("[SDK/网络] step 1: "), first
-        if placement.proxy:
-            assert f"（{placement.proxy}）送到端点" in first and "经代理 http://***" in first
-    elif path in ("http-401", "html-title-cut"):  # the provider's words quoted, masked
-        assert first.startswith("[Provider] step 1: HTTP 401：") and "***" in first, first
-        assert path == "html-title-cut" or "***…" in first, first  # cut by the 200-char clip
-    elif path == "length":
-        assert first.startswith("[Model] step 1: 模型没有正常结束"), first
-        assert "被拒收" in result.out and "***" in result.out
-    elif path == "success":
-        assert result.err == "" and "Agent> 3720。*** json=*** url=***" in result.out
-        assert "call_id=call_xxx" in result.out and "***…" in result.out
-    else:
-        assert "Traceback (most recent call last)" in result.err, result.everything
-        assert "RuntimeError: bug with ***" in result.err and "***" in result.out
-
-
-CASES = [
-    pytest.param(placement, path, id=f"{placement.id}--{path}")
-    for placement in PLACEMENTS
-    for path in placement.cases()
-]
-
-
-def run(capsys, monkeypatch, variables, *args):
-    for name, value in variables.items():
-        if value is None:
-            monkeypatch.delenv(name, raising=False)
-        else:
-            monkeypatch.setenv(name, value)
-    code = lesson.main(list(args), dict(os.environ))
-    captured = capsys.readouterr()
-    return Run(code, captured.out, captured.err)
-
-
-@pytest.mark.parametrize(("placement", "path"), CASES)
-def test_a_secret_in_any_variable_is_shown_on_no_exit_path(
-    placement, path, provider, closed_port_url, tmp_path, request, monkeypatch, capsys
-):
-    secret = placement.secret
-    dead = closed_port_url.removeprefix("http://").removesuffix("/v1")
-    files = tmp_path / secret
-    files.mkdir()
-    shutil.copy(SMALL_CA_FILE, files / "ca.pem")
-    tunnel = request.getfixturevalue("connect_proxy") if placement.tls else None
-    if placement.tls:
-        speak_tls(provider)
-    refusing = path in ("refused", "config")
-    net = Net(
-        server=dead if path == "refused" else f"127.0.0.1:{provider.port}",
-        dead=dead,
-        tunnel=dead if refusing or not tunnel else f"127.0.0.1:{tunnel.server_address[1]}",
-        files=files,
-    )
-    provider.script(*replies(path, secret))
-    if path == "bug":
-
-        def broken_router(call):
-            raise RuntimeError(f"bug with {secret}")
-
-        monkeypatch.setattr(lesson, "execute_tool", broken_router)
-    variables = {"OPENAI_API_KEY": "local", "OPENAI_MODEL": "test-model"}  # "local": masks nothing
-    variables.update((placement.config if path == "config" else placement.env)(secret, net))
-
-    result = run(capsys, monkeypatch, variables, "--show-messages")
-
-    assert_not_shown(result, secret)
-    check_path(path, result, placement)
-    sent = [r.path for r in provider.requests]
-    assert len(sent) == len(replies(path, secret)), sent  # each scripted reply was asked for
-    if placement.proxy == "HTTPS_PROXY" and sent:
-        assert tunnel.connects and set(tunnel.connects) == {f"127.0.0.1:{provider.port}"}
-    elif placement.proxy and sent:  # absolute-form: the request came as to a forward proxy
-        assert all(p.startswith(f"http://{dead}/v1/") for p in sent), sent
-
-
-# ---------------------------------------------------------------------------
-# Keys that are unusual in form: short, or with characters JSON escapes
-# ---------------------------------------------------------------------------
-
-
-def test_a_short_local_key_masks_nothing(provider, monkeypatch, capsys):
-    assert lesson.secrets_in({"OPENAI_API_KEY": "local"}) == set()
-    answer = "local 模型在 local 服务上算出 3720（key=local）"
-    provider.script(completion(content=answer))
-    env = {"OPENAI_API_KEY": "local", "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
-    result = run(capsys, monkeypatch, env, "--show-messages")
-    assert (result.code, result.err) == (0, "")
-    assert f"Agent> {answer}\n" in result.out and f'"content": "{answer}"' in result.out
-    assert "***" not in result.everything
-    assert provider.requests[0].headers["authorization"] == "Bearer local"
-
-
-BACKSLASH_KEY = "sk-back\\slash-7c6b5a4f3e2d1c0b"  # a single backslash in the key
-
-
-def test_a_key_with_a_backslash_is_masked_in_its_json_form(provider, monkeypatch, capsys):
-    provider.script(completion(content=f"你的 key 是 {BACKSLASH_KEY}"))
-    env = {
-        "OPENAI_API_KEY": BACKSLASH_KEY,
-        "OPENAI_MODEL": "m",
-        "OPENAI_BASE_URL": provider.base_url,
-    }
-    result = run(capsys, monkeypatch, env, "--show-messages")
-    assert result.code == 0, result.everything
-    assert "Agent> 你的 key 是 ***\n" in result.out  # the answer as it is
-    assert '"content": "你的 key 是 ***"' in result.out  # the history, JSON-escaped
-    assert_not_shown(result, BACKSLASH_KEY)
-
-
-QUOTE_KEY = 'sk-quote"mark-7c6b5a4f3e2d1c0b'
-
-
-@pytest.mark.parametrize("shown", [[], ["--show-messages"]], ids=["step-line", "show-messages"])
-@pytest.mark.parametrize("key", [BACKSLASH_KEY, QUOTE_KEY], ids=["backslash", "quote"])
-def test_a_key_with_json_special_characters_in_tool_arguments(
-    key, shown, provider, monkeypatch, capsys
-):
-    arguments = json.dumps({"a": 248, "b": 15, key: 1})  # the model repeats the key, as a key
-    provider.script(
-        tool_turn(tool_call("call_1", "multiply", arguments)), completion(content="3720")
-    )
-    env = {"OPENAI_API_KEY": key, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
-    result = run(capsys, monkeypatch, env, *shown)
-    assert result.code == 0, result.everything
-    # The step line quotes the argument keys as JSON inside the JSON result (escaped twice); the
-    # history holds that result as a JSON string again (three times). Each level starts with
-    # the key's first 8 characters, so assert_not_shown sees any depth.
-    assert_not_shown(result, key)
-
-
-# ---------------------------------------------------------------------------
-# The rule itself, not one path: secret_mask() over the forms, secrets_in() over the variables
-# ---------------------------------------------------------------------------
-
-ODD = 'sk-odd/"quoted"\\slash+plus=eq%pct'  # its JSON and URL forms differ from it
-FOLDED = "learner:hunter2\nsecret"  # URL userinfo whose password has a newline in it
-
-
-@pytest.mark.parametrize(
-    ("secret", "text", "shown"),
-    [
-        (ODD, f"key={ODD};", "key=***;"),
-        (ODD, f'{{"key": "{json.dumps(ODD)[1:-1]}"}}', '{"key": "***"}'),
-        (ODD, f"GET /v1?key={quote(ODD, safe='')}&x=1", "GET /v1?key=***&x=1"),
-        (
-            FOLDED,
-            "经代理 http://learner:hunter2 secret@127.0.0.1:3128 失败",
-            "经代理 http://***@127.0.0.1:3128 失败",
-        ),
-        (SECRET, f"Invalid API key: {SECRET[:KEEP]}…", "Invalid API key: ***…"),
-        (SECRET, f"id={SECRET[:8]}…", "id=***…"),
-        (ODD, f"said {json.dumps(ODD)[1:-1][:20]}…", "said ***…"),
-        (None, "see https://someone:pw@mirror.example/v1", "see https://***@mirror.example/v1"),
-    ],
-    ids=[
-        "raw",
-        "json",
-        "url-encoded",
-        "folded-userinfo",
-        "half-before-cut",
-        "8-before-cut",
-        "half-json",
-        "any-url-userinfo",  # not a configured secret: userinfo in any URL shown
-    ],
-)
-def test_the_mask_hides_every_form(secret, text, shown):
-    assert lesson.secret_mask({secret} if secret else set())(text) == shown
-
-
-SCANNED = [
-    *lesson.VARIABLES,
-    *ORG_VARIABLES,
-    "OPENAI_CUSTOM_HEADERS",
-    *(
-        p
-        for name in ("HTTP", "HTTPS", "ALL", "NO")
-        for p in (f"{name}_PROXY", f"{name.lower()}_proxy")
-    ),
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "SSLKEYLOGFILE",
-]
-
-
-@pytest.mark.parametrize("name", SCANNED)
-def test_secrets_in_finds_a_key_like_token_in_each_variable_read(name):
-    environment = lesson.read_environment({name: f"https://h.example/{SECRET}/ca.pem?x=1"})
-    assert SECRET in lesson.secrets_in(environment)
-
-
-@pytest.mark.parametrize("name", ["OPENAI_BASE_URL", "HTTP_PROXY", "https_proxy", "ALL_PROXY"])
-def test_secrets_in_takes_url_userinfo_as_a_secret(name):
-    found = lesson.secrets_in({name: "http://learner:hunter2pass@127.0.0.1:3128"})
-    assert "learner:hunter2pass" in found
-
-
-# Mechanism 5, one mask: a property over random keys. Real keys use letters, digits, - and _;
-# some gateways' keys (base64, Azure-style) also carry / + and %, and " \\ are the characters
-# JSON escapes. Each encoding below is one a provider has been seen to echo (issue 23).
-PLAIN_KEY_CHARACTERS = st.sampled_from(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
-)
-ODD_KEY_CHARACTERS = st.one_of(PLAIN_KEY_CHARACTERS, st.sampled_from('"\\/%+'))
-KEYS = st.one_of(
-    st.text(PLAIN_KEY_CHARACTERS, min_size=8, max_size=60),
-    st.text(ODD_KEY_CHARACTERS, min_size=8, max_size=60),
-)
-ENCODINGS = ("raw", "%-upper", "%-lower", "json", "json-twice")
-# Around the key: any printable text but the two things the mask rewrites on purpose (terminal
-# control characters, user:password@ in an address), with pieces of up to 7 characters of the
-# key's encodings in it; joined to the key by a character no key encoding uses
-TEXT = st.text(
-    st.characters(blacklist_categories=("Cc", "Cf", "Cs"), blacklist_characters="@"), max_size=20
-)
-SEPARATOR = st.sampled_from([" ", "\n", "\t", "，", ",", "=", ":", "'", "(", ")"])
-SEPARATORS = st.tuples(SEPARATOR, SEPARATOR)
-CUTS = st.one_of(st.none(), st.integers(8, 200))  # None: whole; else cut after that many
-MARKS = st.sampled_from(["…", "..."])
-
-
-def encoded(key, how):
-    upper = quote(key, safe="")
-    once = json.dumps(key)[1:-1]
-    return {
-        "raw": key,
-        "%-upper": upper,
-        "%-lower": re.sub("%..", lambda match: match[0].lower(), upper),
-        "json": once,
-        "json-twice": json.dumps(once)[1:-1],
-    }[how]
-
-
-@st.composite
-def key_and_surrounding(draw):
-    """(key, text before it, text after it)."""
-    key = draw(KEYS)
-    piece = st.builds(
-        lambda how, start, size: encoded(key, how)[start : start + size],
-        st.sampled_from(ENCODINGS),
-        st.integers(0, 59),
-        st.integers(1, 7),
-    )
-    around = st.lists(st.one_of(TEXT, piece), max_size=4).map("".join)
-    return key, draw(around), draw(around)
+def pct(key, lower_hex=False):
+    escaped = quote(key, safe="")
+    return re.sub("%..", lambda match: match[0].lower(), escaped) if lower_hex else escaped
 
 
 def runs_of_8(text):
     return {text[i : i + 8] for i in range(len(text) - 7)}
 
 
-def mask_of(key):
-    return lesson.secret_mask(lesson.secrets_in({"OPENAI_API_KEY": key}))
+def shown_forms(text, key):
+    """The forms of `key` of which 8 characters in a row are in `text`, in any letter case."""
+    seen = runs_of_8(text.lower())
+    return [name for name, form in forms(key).items() if runs_of_8(form.lower()) & seen]
 
 
-def assert_masked(key, how, cut, mark, before="", after="", separators=(" ", " ")):
-    """The key, encoded `how` (cut after `cut` characters and marked, if cut), inside text. Neither
-    the key nor its encoded form, nor the first 8 characters of either, may be left; the text
-    around it, which shares no 8-character run with any encoding of the key, stays as it was."""
-    whole = encoded(key, how)
-    sent = whole if cut is None or cut >= len(whole) else whole[:cut] + mark
-    if before or after:
-        forms = set().union(*(runs_of_8(encoded(key, way)) for way in ENCODINGS))
-        assume(not (runs_of_8(before) | runs_of_8(after)) & forms)
-    head, tail = before + separators[0], separators[1] + after
-    shown = mask_of(key)(head + sent + tail)
-    left = [form for form in (key, key[:8], whole, whole[:8]) if form in shown]
-    assert left == [], (head + sent + tail, shown)
-    assert shown.startswith(head) and shown.endswith(tail), (head + sent + tail, shown)
-    assert mask_of(key)(head + tail) == head + tail
-    return shown
+def assert_not_shown(result, key):
+    assert shown_forms(result.everything, key) == [], result.everything
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    surrounded=key_and_surrounding(),
-    how=st.sampled_from(ENCODINGS[:-1]),
-    cut=CUTS,
-    mark=MARKS,
-    separators=SEPARATORS,
+def mask_of(**environment):
+    return lesson.secret_mask(environment)
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_proxy(monkeypatch):
+    """The SDK's HTTP library reads proxies from os.environ: none but the test's own."""
+    for name in [name for name in os.environ if name.lower().endswith("_proxy")]:
+        monkeypatch.delenv(name)
+
+
+# ---------------------------------------------------------------------------
+# Part one: the rule itself, secret_mask(environment) on a text
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "shown"),
+    [
+        (ODD, f"key={ODD};", "key=***;"),
+        (ODD, f'{{"key": "{json.dumps(ODD)[1:-1]}"}}', '{"key": "***}'),  # " is a key character
+        (ODD, f"GET /v1?key={pct(ODD)}&x=1", "GET /v1?key=***&x=1"),
+        (ODD, f"GET /v1?key={pct(ODD, lower_hex=True)}&x=1", "GET /v1?key=***&x=1"),
+        (ODD, f"KEY {ODD.upper()} key {ODD.lower()}", "KEY *** key ***"),
+        (
+            KEY,
+            f"Incorrect API key provided: {KEY[:12]}...{KEY[-4:]}",
+            "Incorrect API key provided: ***...6655",
+        ),
+        (KEY, f"id={KEY[:8]}…", "id=***…"),
+        (KEY, f"Invalid API key: {KEY[:KEEP].upper()}…", "Invalid API key: ***…"),
+        (ODD, f"said {json.dumps(ODD)[1:-1][:20]}…", "said ***…"),
+        (ODD, f"said {pct(ODD)[:9]}...", "said ***"),  # . is one of the key's characters
+        (EARLY, f"said {json.dumps(EARLY)[1:-1]} end", "said *** end"),
+    ],
+    ids=[
+        "raw",
+        "json",
+        "%-upper",
+        "%-lower",
+        "upper-and-lower-cased",
+        "cut-with-three-dots",
+        "cut-after-8",
+        "cut-upper-cased",
+        "json-cut",
+        "%-cut",
+        "json-escape-in-the-first-8",
+    ],
 )
-@example(  # issue 23: a provider cuts the key with three ASCII dots
-    surrounded=("sk-live-0123456789abcdef", "key", ""),
-    how="raw",
-    cut=12,
-    mark="...",
-    separators=(" ", " "),
-)
-@example(  # issue 23: a body %-escapes the key in lower-case hex
-    surrounded=("gw/7Hq+Zr2/Lm9pXv4", "?key", "x"),
-    how="%-lower",
-    cut=None,
-    mark="…",
-    separators=("=", ","),
-)
-def test_no_encoding_of_a_random_key_survives_the_mask(surrounded, how, cut, mark, separators):
-    key, before, after = surrounded
-    assert_masked(key, how, cut, mark, before, after, separators)
-
-
-@settings(max_examples=300, deadline=None)
-@given(surrounded=key_and_surrounding(), cut=CUTS, mark=MARKS)
-@example(surrounded=('sk-a"bcdefghijklmnop', "", ""), cut=None, mark="…")
-def test_a_key_escaped_twice_is_masked_too(surrounded, cut, mark):
-    key, before, after = surrounded
-    assert_masked(key, "json-twice", cut, mark, before, after)
+def test_the_mask_hides_each_form_of_the_key(key, text, shown):
+    assert mask_of(OPENAI_API_KEY=key)(text) == shown
 
 
 @pytest.mark.parametrize(
     ("key", "how", "cut"),
     [
-        ("sk-abcdefgh/wxyz0123456789", "raw", 22),
-        ("sk-abcdefgh+wxyz0123456789", "%-upper", 26),
-        ("A" * 32 + "/wxyz0123456789", "%-lower", 45),
+        ("sk-abcdefgh/wxyz0123456789", "as it is", 22),
+        ("sk-abcdefgh+wxyz0123456789", "%-escaped", 26),
+        ("A" * 32 + "/wxyz0123456789", "%-escaped", 45),
     ],
 )
 def test_nothing_of_a_cut_key_is_left_after_a_key_like_run_inside_it(key, how, cut):
-    shown = assert_masked(key, how, cut, "…")
-    assert not runs_of_8(shown) & runs_of_8(encoded(key, how)), shown
+    """The key holds a KEY_LIKE run of its own (a second secret): masking it must not leave the
+    rest of the key standing."""
+    sent = forms(key)[how][:cut] + "…"
+    shown = mask_of(OPENAI_API_KEY=key)(f"key {sent} end")
+    assert shown == "key ***… end"
 
 
-# Issue 23's two leaks, end to end through main(): what the provider sends reaches the terminal
-# only through the mask.
-def provider_says(provider, monkeypatch, capsys, key, status, words):
-    provider.script(Reply(status=status, json={"error": {"message": words}}))
-    env = {"OPENAI_API_KEY": key, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
-    result = run(capsys, monkeypatch, env, "--show-messages")
-    assert (result.code, len(provider.requests)) == (3, 1), result.everything
-    assert "***" in result.err, result.err  # the provider's words were quoted, masked
-    return result
+KEY_SHAPES = {
+    "sk": "sk-proj-Ab12Cd34Ef56Gh78",
+    "gsk": "gsk_Ab12Cd34Ef56Gh78Ij90",
+    "xai": "xai-Ab12Cd34Ef56Gh78Ij90",
+    "AIza": "AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4",
+    "JWT": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJl",
+    "32-alnum": "0123456789abcdef0123456789abcdef",
+    "UUID": "0f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a",
+}
+PASTED_INTO = {
+    "OPENAI_MODEL": "{}",
+    "OPENAI_BASE_URL": "https://gw.example/{}/v1",
+    "OPENAI_ORG_ID": "{}",
+    "MY_NOTES": "token={};",
+}
 
 
-def test_a_key_cut_by_the_provider_with_three_ascii_dots_is_not_shown(
-    provider, monkeypatch, capsys
+@pytest.mark.parametrize("name", PASTED_INTO)
+@pytest.mark.parametrize("shape", KEY_SHAPES)
+def test_a_key_like_run_in_any_variable_is_masked(shape, name):
+    token = KEY_SHAPES[shape]
+    mask = mask_of(OPENAI_API_KEY="local", **{name: PASTED_INTO[name].format(token)})
+    assert mask(f"模型 {token} 不存在；{token[:10]}…") == "模型 *** 不存在；***…"
+
+
+@pytest.mark.parametrize("name", ["OPENAI_BASE_URL", "HTTP_PROXY", "https_proxy", "ALL_PROXY"])
+def test_a_password_in_a_variable_is_masked_wherever_it_is_echoed(name):
+    mask = mask_of(OPENAI_API_KEY="local", **{name: f"http://learner:{PLAIN_PASSWORD}@h:3128"})
+    said = f"proxy refused learner:{PLAIN_PASSWORD}, {PLAIN_PASSWORD.upper()}"
+    assert mask(said) == "proxy refused learner:***, ***"
+
+
+def test_any_urls_user_and_password_are_masked():
+    mask = mask_of(OPENAI_API_KEY="local")  # not configured anywhere: the shape is enough
+    assert (
+        mask("see https://someone:pw@mirror.example/v1 now")
+        == "see https://***@mirror.example/v1 now"
+    )
+    assert mask(f"http://learner:{KEY}@127.0.0.1:1/v1") == "http://***@127.0.0.1:1/v1"
+
+
+def test_terminal_control_characters_are_escaped_newlines_and_tabs_are_not():
+    text = "a\x1b[2Jb\x07c\x9bd\u202ee\rf\tg\nh"
+    assert mask_of()(text) == "a\\u001b[2Jb\\u0007c\\u009bd\\u202ee\\u000df\tg\nh"
+
+
+def test_near_misses_stay_visible():
+    environment = {
+        "OPENAI_API_KEY": KEY,
+        "OPENAI_MODEL": "deepseek-chat",
+        "OPENAI_BASE_URL": "https://api.deepseek.com/v1",
+    }
+    text = (
+        "step 1: multiply call_id=call_1 result=3720；248 乘以 15 等于 3720；12345678 sweeping；"
+        f"模型 deepseek-chat；端点 https://api.deepseek.com/v1；{KEY[:7]}_other {KEY[:7].upper()}"
+    )
+    assert lesson.secret_mask(environment)(text) == text
+
+
+def test_eight_shared_leading_characters_are_masked_seven_are_not():
+    mask = mask_of(OPENAI_API_KEY=KEY)
+    assert mask(f"{KEY[:7]}Xother") == f"{KEY[:7]}Xother"
+    assert mask(f"{KEY[:8]}-other") == "***other"  # o, t, h, r are not in the key
+
+
+def test_a_short_key_is_not_masked_a_long_enough_form_of_it_is():
+    assert mask_of(OPENAI_API_KEY="local")("local 服务，key=local") == "local 服务，key=local"
+    mask = mask_of(OPENAI_API_KEY="ab/cdef")  # 7 characters; %-escaped, 9
+    assert mask("raw ab/cdef escaped ab%2Fcdef") == "raw ab/cdef escaped ***"
+
+
+# ---------------------------------------------------------------------------
+# Part two: every output, through main()
+# ---------------------------------------------------------------------------
+
+
+def echo(secret):
+    """What a provider or model echoes: the secret as it is, upper-cased, cut short."""
+    return f"{secret} upper={secret.upper()} cut={secret[:KEEP]}…"
+
+
+def key_error(secret):
+    """A 401 echoing the secret, and once more across the report's 200-character clip."""
+    said = f"Incorrect API key provided: {echo(secret)}. Again: "
+    said += "." * (199 - KEEP - len(said)) + secret
+    body = {"error": {"message": said, "type": "invalid_request_error", "code": "invalid_api_key"}}
+    return Reply(status=401, json=body)
+
+
+def tool_turn(secret):
+    """The model repeats the secret as an argument key, and in a call id the step line's
+    80-character clip cuts."""
+    call_id = "call_" + "x" * (74 - KEEP) + secret
+    calls = [
+        tool_call("call_1", "multiply", json.dumps({"a": 248, "b": 15, secret: 1})),
+        tool_call(call_id, "multiply", '{"a":6,"b":7}'),
+    ]
+    return completion(tool_calls=calls, finish_reason="tool_calls")
+
+
+def replies(path, secret):
+    return {
+        "http-401": [key_error(secret)],
+        "length": [completion(content=f"248 乘以 15 是 {echo(secret)}", finish_reason="length")],
+        "success": [tool_turn(secret), completion(content=f"3720。{echo(secret)}")],
+        "bug": [tool_turn(secret)],
+    }[path]
+
+
+PLACEMENTS = {  # (the secret, the variables given the provider's URL and the refusing host)
+    "OPENAI_API_KEY": (KEY, lambda url, dead: {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": url}),
+    "OPENAI_MODEL": (KEY, lambda url, dead: {"OPENAI_MODEL": KEY, "OPENAI_BASE_URL": url}),
+    "OPENAI_ORG_ID": (KEY, lambda url, dead: {"OPENAI_ORG_ID": KEY, "OPENAI_BASE_URL": url}),
+    "HTTP_PROXY-password": (
+        PLAIN_PASSWORD,  # the provider is the forward proxy; the endpoint refuses connections
+        lambda url, dead: {
+            "HTTP_PROXY": f"http://learner:{PLAIN_PASSWORD}@{url.removeprefix('http://')[:-3]}",
+            "OPENAI_BASE_URL": f"http://{dead}/v1",
+        },
+    ),
+}
+
+
+def check_path(path, result):
+    """The run went down `path` (else the test would prove nothing), and showed the secret
+    masked there."""
+    first = result.err_lines[0] if result.err else ""
+    assert result.code == {"http-401": 3, "length": 1, "success": 0, "bug": 1}[path], result
+    if path == "http-401":  # the provider's words quoted, masked, cut by the clip
+        assert first.startswith("[Provider] step 1: HTTP 401：") and "***…" in first, first
+    elif path == "length":  # the refused response shown by --show-messages
+        assert first.startswith("[Model] step 1: "), first
+        assert "被拒收" in result.out and "是 *** upper=*** cut=***…" in result.out
+    elif path == "success":  # the step lines, the answer and the history
+        assert result.err == "" and "Agent> 3720。*** upper=*** cut=***…" in result.out
+        assert "call_id=call_xxx" in result.out and '"content": "3720。***' in result.out
+    else:  # the harness bug's traceback, after the history
+        assert first.startswith("[Harness] "), first
+        assert "Traceback (most recent call last)" in result.err
+        assert "RuntimeError: bug with *** upper=*** cut=***…" in result.err
+        assert "***" in result.out
+
+
+@pytest.mark.parametrize("path", ["http-401", "length", "success", "bug"])
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_a_secret_in_any_variable_is_shown_on_no_exit_path(
+    placement, path, provider, closed_port_url, monkeypatch, capsys
 ):
-    key = "sk-live-7f3a9c2e5b8d1f4a6c0e"
+    secret, variables = PLACEMENTS[placement]
+    dead = closed_port_url.removeprefix("http://").removesuffix("/v1")
+    env = {"OPENAI_API_KEY": "local", "OPENAI_MODEL": "m"}
+    env.update(variables(provider.base_url, dead))
+    for name in [name for name in env if name.endswith("_PROXY")]:
+        monkeypatch.setenv(name, env[name])  # where the SDK's HTTP library reads it
+    provider.script(*replies(path, secret))
+    if path == "bug":
+
+        def broken_router(call):
+            raise RuntimeError(f"bug with {echo(secret)}")
+
+        monkeypatch.setattr(lesson, "execute_tool", broken_router)
+
+    result = run_in_process(capsys, env, "--show-messages")
+
+    assert_not_shown(result, secret)
+    check_path(path, result)
+    assert len(provider.requests) == len(replies(path, secret))
+    if placement == "OPENAI_MODEL" and path == "http-401":
+        assert "，模型 ***" in result.err_lines[0]
+    if placement.endswith("_PROXY-password"):  # absolute form: it did go through the proxy
+        assert all(r.path.startswith(f"http://{dead}/v1/") for r in provider.requests)
+
+
+@pytest.mark.parametrize(
+    ("variables", "secret", "names", "shows"),
+    [
+        ({"OPENAI_API_KEY": f"Bearer {KEY}"}, KEY, "OPENAI_API_KEY", ""),
+        ({"OPENAI_MODEL": f'"{KEY}"'}, KEY, "OPENAI_MODEL", ""),
+        ({"OPENAI_TIMEOUT": KEY}, KEY, "OPENAI_TIMEOUT", ""),
+        ({"OPENAI_BASE_URL": f"http://127.0.0.1:1/v1?key={KEY}"}, KEY, "OPENAI_BASE_URL", ""),
+        (
+            {"OPENAI_BASE_URL": f"http://learner:{PLAIN_PASSWORD}@127.0.0.1:1/v1"},
+            PLAIN_PASSWORD,
+            "OPENAI_BASE_URL",
+            "（http://***@127.0.0.1:1/v1）",
+        ),
+        (
+            {"HTTPS_PROXY": f"ftp://learner:{PLAIN_PASSWORD}@127.0.0.1:1"},
+            PLAIN_PASSWORD,
+            "",
+            "",
+        ),
+    ],
+    ids=["bearer-key", "quoted-model", "timeout", "url-query", "url-password", "proxy-password"],
+)
+def test_a_configuration_error_does_not_show_the_secret(
+    variables, secret, names, shows, monkeypatch, capsys
+):
+    env = {"OPENAI_API_KEY": "local", "OPENAI_MODEL": "m", "OPENAI_BASE_URL": "https://h.test/v1"}
+    env.update(variables)
+    for name in [name for name in env if name.endswith("_PROXY")]:
+        monkeypatch.setenv(name, env[name])
+    result = run_in_process(capsys, env)
+    assert result.code == 2 and result.err.startswith("[Harness] "), result
+    assert names in result.err_lines[0] and shows in result.err_lines[0], result.err
+    assert_not_shown(result, secret)
+    if secret == KEY:  # a value that looks like a key is not echoed at all, not even masked
+        assert "***" not in result.everything
+
+
+def test_a_key_in_the_base_urls_path_is_masked_in_the_report(provider, capsys):
+    url = provider.base_url.replace("/v1", f"/{KEY}/v1")  # runs: no guessing
+    result = run_in_process(
+        capsys, {"OPENAI_API_KEY": "local", "OPENAI_MODEL": "m", "OPENAI_BASE_URL": url}
+    )
+    assert result.code == 3 and result.err.startswith("[Provider] step 1: HTTP 404："), result
+    assert f"端点 http://127.0.0.1:{provider.port}/***/v1" in result.err
+    assert_not_shown(result, KEY)
+
+
+def test_a_key_json_and_percent_escaped_by_the_provider_is_masked(provider, capsys):
+    said = f"raw {ODD} json {json.dumps(ODD)[1:-1]} pct {pct(ODD)} low {pct(ODD, True)} end"
+    provider.script(Reply(status=401, json={"error": {"message": said}}))
+    env = {"OPENAI_API_KEY": ODD, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+    result = run_in_process(capsys, env)
+    assert result.code == 3, result
+    assert "HTTP 401：raw *** json *** pct *** low *** end；" in result.err_lines[0]
+    assert_not_shown(result, ODD)
+
+
+def test_a_key_cut_by_the_provider_with_three_ascii_dots_is_not_shown(provider, capsys):
+    key = "sk-live-7f3a9c2e5b8d1f4a6c0e"  # issue 23
     said = f"Incorrect API key provided: {key[:12]}...{key[-4:]}"
-    result = provider_says(provider, monkeypatch, capsys, key, 401, said)
-    assert key[:8] not in result.everything and key[:12] not in result.everything
+    provider.script(Reply(status=401, json={"error": {"message": said}}))
+    env = {"OPENAI_API_KEY": key, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+    result = run_in_process(capsys, env)
+    assert result.code == 3 and "provided: ***...6c0e" in result.err, result
+    assert_not_shown(result, key)
 
 
-def test_a_key_the_provider_escapes_in_lower_case_hex_is_not_shown(provider, monkeypatch, capsys):
+BACKSLASH_KEY = "sk-back\\slash-7c6b5a4f3e2d1c0b"
+QUOTE_KEY = 'sk-quote"mark-7c6b5a4f3e2d1c0b'
+
+
+@pytest.mark.parametrize("shown", [[], ["--show-messages"]], ids=["step-line", "show-messages"])
+@pytest.mark.parametrize("key", [BACKSLASH_KEY, QUOTE_KEY], ids=["backslash", "quote"])
+def test_a_key_with_json_special_characters_echoed_by_the_model(key, shown, provider, capsys):
+    arguments = json.dumps({"a": 248, "b": 15, key: 1})  # the model repeats the key, as a key
+    calls = [tool_call("call_1", "multiply", arguments)]
+    provider.script(
+        completion(tool_calls=calls, finish_reason="tool_calls"),
+        completion(content=f"你的 key 是 {key}"),
+    )
+    env = {"OPENAI_API_KEY": key, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+    result = run_in_process(capsys, env, *shown)
+    assert result.code == 0, result
+    assert "Agent> 你的 key 是 ***\n" in result.out  # as it is
+    assert not shown or '"content": "你的 key 是 ***' in result.out  # JSON-escaped
+    assert_not_shown(result, key)
+
+
+def test_a_short_key_masks_nothing_on_a_whole_run(provider, capsys):
+    answer = "local 模型在 local 服务上算出 3720（key=local）"
+    provider.script(completion(content=answer))
+    env = {"OPENAI_API_KEY": "local", "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+    result = run_in_process(capsys, env, "--show-messages")
+    assert (result.code, result.err) == (0, "")
+    assert f"Agent> {answer}\n" in result.out and f'"content": "{answer}"' in result.out
+    assert "***" not in result.everything
+    assert provider.requests[0].headers["authorization"] == "Bearer local"
+
+
+def test_ordinary_words_the_model_name_and_the_endpoint_stay_visible(provider, capsys):
+    answer = f"248 乘以 15 等于 3720；见 https://api.example.com/v1 和 {KEY[:7]}_other"
+    said = f"Invalid API key {KEY[:7]}_x for deepseek-chat"
+    provider.script(
+        completion(content=answer), Reply(status=401, json={"error": {"message": said}})
+    )
+    env = {
+        "OPENAI_API_KEY": KEY,
+        "OPENAI_MODEL": "deepseek-chat",
+        "OPENAI_BASE_URL": provider.base_url,
+    }
+    answered = run_in_process(capsys, env, "--show-messages")
+    assert answered.code == 0 and f"Agent> {answer}\n" in answered.out, answered
+    refused = run_in_process(capsys, env)
+    assert refused.code == 3 and f"HTTP 401：{said}；" in refused.err, refused
+    assert f"端点 {provider.base_url}，模型 deepseek-chat" in refused.err
+    assert "***" not in answered.everything + refused.everything
+
+
+def test_terminal_control_characters_from_a_provider_are_escaped(provider, capsys):
+    said = "密钥无效\x1b[2J\x1b]0;pwned\x07"
+    provider.script(
+        completion(content="3720\x1b[31m红\x1b[0m"),
+        Reply(status=401, json={"error": {"message": said}}),
+    )
+    env = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+    answered = run_in_process(capsys, env)
+    refused = run_in_process(capsys, env)
+    assert answered.code == 0 and "Agent> 3720\\u001b[31m红\\u001b[0m\n" in answered.out
+    assert refused.code == 3 and "密钥无效\\u001b[2J\\u001b]0;pwned\\u0007；" in refused.err
+    assert "\x1b" not in answered.everything + refused.everything
+    assert "\x07" not in refused.everything
+
+
+def test_a_harness_bug_traceback_masks_the_key(monkeypatch, capsys):
+    def broken(environment):
+        raise RuntimeError(f"bug with {json.dumps({'key': ODD})} and {ODD}")
+
+    monkeypatch.setattr(lesson, "check_config", broken)
+    result = run_in_process(capsys, {"OPENAI_API_KEY": ODD, "OPENAI_MODEL": "m"})
+    assert result.code == 1 and result.err.startswith("[Harness] "), result
+    assert "Traceback (most recent call last)" in result.err
+    assert 'RuntimeError: bug with {"key": "***} and ***' in result.err  # " is the key's
+    assert_not_shown(result, ODD)
+
+
+def test_the_usage_error_masks_the_key(capsys):
+    env = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"}
+    result = run_in_process(capsys, env, f"--token={KEY}")
+    assert result.code == 2 and "不认识的选项：--token=***" in result.err, result
+    long = run_in_process(capsys, env, "--x" + "y" * 60 + KEY)  # cut by the 80-character clip
+    assert long.code == 2 and "y***…" in long.err, long
+    assert_not_shown(result, KEY)
+    assert_not_shown(long, KEY)
+
+
+def test_the_self_check_output_masks_the_key(monkeypatch, capsys):
+    env = {"OPENAI_API_KEY": KEY}
+    passed = run_in_process(capsys, env, "--self-check")
+    assert passed == run_in_process(capsys, {}, "--self-check")  # a key changes nothing shown
+    assert passed.code == 0 and "***" not in passed.everything
+
+    def failing():
+        raise AssertionError(f"收到 {KEY}")
+
+    monkeypatch.setattr(lesson, "SELF_CHECKS", [("假的一项", failing)])
+    failed = run_in_process(capsys, env, "--self-check")
+    assert failed.code == 1 and "[1/1] 失败：假的一项：收到 ***" in failed.err, failed
+    assert_not_shown(failed, KEY)
+
+
+def test_a_key_with_a_slash_escaped_as_backslash_slash_is_not_shown(provider, capsys):
+    r"""JSON may write / as \/ (PHP's json_encode does, by default); a body with no words field is
+    quoted as it is."""
     key = "gw/7Hq+Zr2/Lm9pXv4Tn"
-    lower = re.sub("%..", lambda match: match[0].lower(), quote(key, safe=""))
-    assert lower != quote(key, safe="")  # the case that differs from the upper-case form
-    result = provider_says(provider, monkeypatch, capsys, key, 400, f"bad request: ?key={lower}")
-    assert lower[:8] not in result.everything and key[:8] not in result.everything
+    body = json.dumps({"error": {"code": 401, "param": key}}).replace("/", "\\/")
+    provider.script(Reply(status=401, body=body.encode(), content_type="application/json"))
+    env = {"OPENAI_API_KEY": key, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+    result = run_in_process(capsys, env)
+    assert result.code == 3 and '"param": "***"' in result.err, result
+    assert "Lm9pXv4Tn" not in result.everything
+
+
+# ---------------------------------------------------------------------------
+# Part three: a property over random keys in a provider's error body
+# ---------------------------------------------------------------------------
+
+# Real keys use letters, digits, - and _; base64 and gateway keys also / + = and .; " and \ are
+# what JSON escapes. Keys the configuration check refuses ("..." is a placeholder) never reach
+# a provider.
+KEY_CHARACTERS = st.one_of(
+    st.sampled_from(string.ascii_letters + string.digits),
+    st.sampled_from("/+=-_."),
+    st.sampled_from('"\\'),
+)
+KEYS = st.text(KEY_CHARACTERS, min_size=8, max_size=40).filter(
+    lambda key: lesson.variable_problem("OPENAI_API_KEY", key) == ()
+)
+BASES = ("as it is", "JSON-escaped", "%-escaped")
+CASES = ("as sent", "upper", "lower", "lower hex")
+CUTS = st.one_of(
+    st.none(), st.tuples(st.integers(8, 60), st.sampled_from(["...", "…"]), st.booleans())
+)
+WAYS = st.tuples(st.sampled_from(BASES), st.sampled_from(CASES), CUTS)
+STATUSES = st.sampled_from([400, 401, 403, 429, 500])
+
+
+def written(key, way):
+    """The key as a provider writes it: one of its forms, in some case, maybe cut short (a mark,
+    then maybe its last four characters)."""
+    base, case, cut = way
+    form = forms(key)[base]
+    form = {"upper": form.upper(), "lower": form.lower()}.get(case, form)
+    form = re.sub("%..", lambda match: match[0].lower(), form) if case == "lower hex" else form
+    if cut and cut[0] < len(form):
+        length, mark, tail = cut
+        form = form[:length] + mark + (form[-4:] if tail else "")
+    return form
+
+
+def error_body(where, said, status):
+    """(body, content type) of an error whose words are `said`: in a field the script reads, in
+    one it does not (the body is then quoted as it is), or as plain text or a web page."""
+    as_json = {
+        "message": {"error": {"message": said, "type": "invalid_request_error"}},
+        "detail": {"detail": said},
+        "gemini list": [{"error": {"code": status, "message": said, "status": "UNAUTHENTICATED"}}],
+        "openrouter raw": {
+            "error": {
+                "message": "Provider returned error",
+                "metadata": {"raw": json.dumps({"error": {"message": said}}, ensure_ascii=False)},
+            }
+        },
+        "param": {"error": {"code": "invalid_api_key", "param": said}},
+    }
+    if where in as_json:
+        return json.dumps(as_json[where], ensure_ascii=False), "application/json"
+    if where == "text":
+        return said, "text/plain"
+    return (
+        f"<html><head><title>{status} {said}</title></head><body>{said}</body></html>",
+        "text/html",
+    )
+
+
+WHERES = ("message", "detail", "gemini list", "openrouter raw", "param", "text", "html")
+
+
+@pytest.fixture(scope="module")
+def shared_provider():
+    with ProviderServer() as server:
+        yield server
+
+
+def main_with(provider, key, body, content_type, status):
+    provider.script(Reply(status=status, body=body.encode(), content_type=content_type))
+    env = {"OPENAI_API_KEY": key, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = lesson.main(["--show-messages"], env)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def fixed_text(shared_provider):
+    """Everything a run shows that is not the key: the report's own words for each status and
+    each kind of body, with the key left out."""
+    shown = ""
+    for status in (400, 401, 403, 429, 500):
+        for where in WHERES:
+            code, out, err = main_with(
+                shared_provider, "local", *error_body(where, "密钥无效：", status), status
+            )
+            assert code == 3, err
+            shown += out + err + error_body(where, "密钥无效：", status)[0]
+    return shown.lower()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    key=KEYS,
+    ways=st.lists(WAYS, min_size=1, max_size=3),
+    where=st.sampled_from(WHERES),
+    status=STATUSES,
+)
+@example(  # issue 23: a provider cuts the key with three ASCII dots and shows its end
+    key="sk-live-0123456789abcdef",
+    ways=[("as it is", "as sent", (12, "...", True))],
+    where="message",
+    status=401,
+)
+@example(  # issue 23: a body %-escapes the key in lower-case hex
+    key="gw/7Hq+Zr2/Lm9pXv4",
+    ways=[("%-escaped", "lower hex", None)],
+    where="message",
+    status=400,
+)
+@example(
+    key='sk-a"b\\cdefghijklmnop', ways=[("as it is", "upper", None)], where="param", status=401
+)
+def test_no_form_of_a_random_key_in_an_error_body_is_shown(
+    shared_provider, fixed_text, key, ways, where, status
+):
+    # A key's JSON-escaped form inside a field quoted as it is would be escaped twice: a
+    # level the mask does not cover (dropped with issue 28)
+    assume(not (where == "param" and any(way[0] == "JSON-escaped" for way in ways)))
+    # The report's own words must not happen to hold 8 characters of the key
+    assume(
+        not set().union(*(runs_of_8(form.lower()) for form in forms(key).values()))
+        & runs_of_8(fixed_text)
+    )
+    said = "密钥无效：" + " / ".join(written(key, way) for way in ways) + "。请检查"
+    code, out, err = main_with(shared_provider, key, *error_body(where, said, status), status)
+    assert code == 3 and err.startswith(f"[Provider] step 1: HTTP {status}："), err
+    assert "密钥无效" in err, err  # the provider's words were quoted
+    assert shown_forms(out + err, key) == [], (said, out + err)
