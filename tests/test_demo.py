@@ -92,3 +92,22 @@ def test_the_poison_bites(poisoned_openai):
 def test_the_demo_under_python_O_never_imports_openai(poisoned_openai, demo_output):
     done = run_with_poison(poisoned_openai, "-O", str(SCRIPT), "--demo")
     assert (done.returncode, done.stderr, done.stdout) == (0, "", demo_output[1])
+
+
+def test_the_output_opens_with_the_first_scene_and_each_scene_ends_with_one_blank_line(
+    demo_output,
+):
+    out = demo_output[1]
+    assert out.startswith("== 场景 1/4：")
+    scenes = re.split(r"(?m)^(?=== 场景 )", out)[1:]
+    assert len(scenes) == 4
+    assert all(scene.endswith("\n\n") and not scene.endswith("\n\n\n") for scene in scenes)
+
+
+def test_the_third_scene_stops_at_length_and_runs_no_tool(demo_output):
+    third = demo_output[1].split("== 场景 3/4", 1)[1].split("== 场景 4/4", 1)[0]
+    title, stepped, stopped, *_ = third.splitlines()
+    assert "length" in title
+    assert stepped == "step 1: finish_reason=length"
+    assert stopped.startswith("[Model] step 1: ") and '"length"' in stopped
+    assert "call_id=" not in third and "Agent>" not in third

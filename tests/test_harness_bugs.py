@@ -1,25 +1,33 @@
-"""Rule 4: only the outside world's failures become two-line reports. Anything else is a bug in
-the harness (or in a learner's edit): one line saying so, then Python's traceback, exit 1 - on
-the online run, --self-check and --demo alike. main() runs in-process; the SDK is the real one."""
+"""Only the outside world's failures become two-line reports. Anything else is a bug in the
+harness (or in a learner's edit): one line saying so, then Python's traceback, exit 1 - on the
+online run, --self-check and --demo alike. A user can cause none of these.
 
+One boundary is drawn on purpose: whatever is raised while the provider's bytes are read (the
+SDK's HTTP library decompressing them, decoding, parsing) is the provider's failure, exit 3,
+from the one gate read_reply(); only there. main() runs in-process; the SDK is the real one
+unless a test stands a scripted one in for it."""
+
+import contextlib
 import json
+import zlib
 
 import openai
 import pytest
 
 import lesson_03_tool_calling_loop as lesson
-from tests.provider_server import Reply, completion, tool_call
+from tests.provider_server import Reply, bad_gzip, completion, tool_call
 from tests.runs import Run, run_in_process
 
-pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
 KEY = "sk-harness-bug-0123456789abcdef"
 BUG_LINE = "[Harness] 程序自身出错了"
+ANSWER_BYTES = json.dumps(completion(content="248 乘以 15 等于 3720。")).encode()
 
 
 @pytest.fixture
 def run(provider, capsys):
-    def runner(*args):
-        env = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
+    def runner(*args, base_url=None):
+        env = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"}
+        env["OPENAI_BASE_URL"] = base_url or provider.base_url
         return run_in_process(capsys, env, *args)
 
     return runner
@@ -30,6 +38,14 @@ def assert_shown_as_a_bug(result, exception_name):
     assert result.err.startswith(BUG_LINE), result.err
     assert "Traceback (most recent call last)" in result.err and exception_name in result.err
     assert "[SDK/网络]" not in result.err and "[Provider]" not in result.err
+    assert KEY not in result.everything
+
+
+def assert_the_providers_failure(result):
+    first, _ = result.err_lines
+    assert result.code == 3, result.everything
+    assert first.startswith("[Provider] step 1: HTTP 200"), result.err
+    assert "Traceback" not in result.err and BUG_LINE not in result.err
     assert KEY not in result.everything
 
 
@@ -46,22 +62,32 @@ def test_a_bug_in_the_tool_path_online_is_shown_with_its_traceback(run, provider
 
 
 def test_a_bug_inside_the_request_path_is_not_called_a_network_failure(run, provider, monkeypatch):
-    # Before rule 4 a catch-all around the request turned this into "[SDK/网络] 请求失败"
-    def broken_create(self, **request):
+    # The request is sent inside a try that translates the SDK's failures: it must translate
+    # nothing else
+    def broken_ticker(stream):
         raise KeyError("a harness bug, not the network")
 
-    monkeypatch.setattr(lesson.OnlineClient, "create", broken_create)
+    monkeypatch.setattr(lesson, "ticking", broken_ticker)
     assert_shown_as_a_bug(run(), "KeyError")
     assert provider.requests == []
 
 
-def test_a_bug_reading_the_bytes_of_a_200_is_not_called_the_providers_failure(
+def test_a_bug_in_explaining_a_failure_is_shown_not_reported(run, closed_port_url, monkeypatch):
+    def broken_explanation(error, config):
+        raise AttributeError("a harness bug in the diagnosis")
+
+    monkeypatch.setattr(lesson, "explain_request_failure", broken_explanation)
+    assert_shown_as_a_bug(run(base_url=closed_port_url), "AttributeError")
+
+
+def test_a_bug_after_the_bytes_were_read_is_not_called_the_providers_failure(
     run, provider, monkeypatch
 ):
-    def broken_reader(body):
-        raise KeyError("a harness bug in reading the body")
+    # The gate covers reading the bytes, not the harness's checks of what they said
+    def broken_shape_check(message):
+        raise KeyError("a harness bug in checking the reply")
 
-    monkeypatch.setattr(lesson, "read_response", broken_reader)
+    monkeypatch.setattr(lesson, "reply_problem", broken_shape_check)
     provider.script(completion(content="248 乘以 15 等于 3720。"))
     assert_shown_as_a_bug(run(), "KeyError")
     assert len(provider.requests) == 1
@@ -101,62 +127,118 @@ def test_a_bug_in_the_demo_is_shown_with_its_traceback(capsys, monkeypatch):
     assert_shown_as_a_bug(Run(code, captured.out, captured.err), "TypeError")
 
 
+class ScriptedSdk:
+    """Stands in for openai.OpenAI: every request raises `on_send` before any byte arrives, or
+    answers with `chunks`, an iterable that may raise while it is read."""
+
+    def __init__(self, on_send=None, chunks=()):
+        self.on_send, self.chunks = on_send, chunks
+
+    def __call__(self, **options):  # openai.OpenAI(api_key=..., base_url=..., ...)
+        streaming = type("Streaming", (), {"create": self.create})()
+        completions = type("Completions", (), {"with_streaming_response": streaming})()
+        return type("Client", (), {"chat": type("Chat", (), {"completions": completions})()})()
+
+    @contextlib.contextmanager
+    def create(self, **request):
+        if self.on_send is not None:
+            raise self.on_send
+        yield type("Response", (), {"iter_bytes": lambda _: iter(self.chunks)})()
+
+
+def chunks_then(error, *chunks):
+    yield from chunks
+    raise error
+
+
 @pytest.mark.parametrize(
-    "error", [ValueError("x"), IndexError("pop from empty list"), AttributeError("y"), OSError()]
+    "error",
+    [ValueError("x"), IndexError("pop from empty list"), AttributeError("y"), OSError()],
+    ids=lambda error: type(error).__name__,
 )
-def test_exceptions_the_sdk_does_not_raise_are_not_translated(error):
-    assert lesson.explain_request_failure(error, "http://127.0.0.1:9/v1", ()) is None
+def test_exceptions_the_sdk_does_not_raise_are_not_translated(run, monkeypatch, error):
+    # Only APIStatusError and APIConnectionError (with its APITimeoutError) are the SDK's way of
+    # saying a request failed; anything else raised while sending is shown as it is
+    monkeypatch.setattr(openai, "OpenAI", ScriptedSdk(on_send=error))
+    assert_shown_as_a_bug(run(), type(error).__name__)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        zlib.error("Error -3 while decompressing data: incorrect header check"),
+        RuntimeError("the decoder gave up"),
+        OSError("connection reset while reading the body"),
+        KeyError("anything at all"),
+    ],
+    ids=["zlib.error", "RuntimeError", "OSError", "KeyError"],
+)
+def test_anything_raised_while_the_bytes_are_read_is_the_providers_failure(run, monkeypatch, error):
+    monkeypatch.setattr(openai, "OpenAI", ScriptedSdk(chunks=chunks_then(error, b'{"choi')))
+    result = run()
+    assert_the_providers_failure(result)
+    assert type(error).__name__ in result.err and '{"choi' in result.err  # the start is quoted
+
+
+def test_a_body_that_lies_about_its_gzip_is_the_providers_failure(run, provider):
+    provider.script(bad_gzip(ANSWER_BYTES))
+    assert_the_providers_failure(run())
+    assert len(provider.requests) == 1  # one attempt: the lesson does not retry
 
 
 @pytest.fixture
-def http_library():
+def http():
+    """The SDK's HTTP library: httpx for openai 1.x and 2.x, its successor for 3.x."""
     import importlib
 
-    return importlib.import_module(openai.DefaultHttpxClient.__mro__[1].__module__)
+    return importlib.import_module(openai.DefaultHttpxClient.__mro__[1].__module__.split(".")[0])
 
 
-def test_the_sdks_own_failures_are_translated_by_their_type(http_library):
-    request = http_library.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
-    cases = {
-        http_library.RemoteProtocolError("peer closed connection", request=request): "中途断开",
-        http_library.ConnectError("[Errno 111] Connection refused", request=request): "连不上",
-        http_library.TooManyRedirects("Exceeded maximum allowed redirects.", request=request): (
-            "重定向循环"
-        ),
-    }
-    for cause, words in cases.items():
+def test_the_sdks_own_failures_are_translated_by_their_type(http):
+    request = http.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    config = lesson.check_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"})
+    for cause in [
+        http.RemoteProtocolError("peer closed connection", request=request),
+        http.ConnectError("[Errno 111] Connection refused", request=request),
+        http.TooManyRedirects("Exceeded maximum allowed redirects.", request=request),
+    ]:
         error = openai.APIConnectionError(request=request)
         error.__cause__ = cause
-        stop = lesson.explain_request_failure(error, "http://127.0.0.1:9/v1", ())
+        stop = lesson.explain_request_failure(error, config)
+        assert isinstance(stop, lesson.RequestFailed)
         assert (stop.link, stop.exit_code) == ("SDK/网络", 3), stop
-        assert words in stop.reason and str(cause) in stop.reason
+        assert type(cause).__name__ in stop.reason and str(cause) in stop.reason
+    body = {"error": {"message": "the provider's own words"}}
+    response = http.Response(418, json=body, request=request)
+    error = openai.APIStatusError("teapot", response=response, body=body)
+    stop = lesson.explain_request_failure(error, config)
+    assert (stop.link, stop.exit_code) == ("Provider", 3)
+    assert "418" in stop.reason and "the provider's own words" in stop.reason
 
 
-def test_a_timeout_inside_the_sdk_is_translated_by_its_type(http_library):
-    request = http_library.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+def test_a_timeout_inside_the_sdk_is_translated_by_its_type(http):
+    request = http.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
     error = openai.APITimeoutError(request=request)
-    error.__cause__ = http_library.ReadTimeout("timed out", request=request)
-    stop = lesson.explain_request_failure(error, "http://127.0.0.1:9/v1", ())
+    error.__cause__ = http.ReadTimeout("timed out", request=request)
+    config = lesson.check_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"})
+    stop = lesson.explain_request_failure(error, config)
     assert (stop.link, stop.exit_code) == ("SDK/网络", 3)
     assert "OPENAI_TIMEOUT" in stop.hint
 
 
-def test_a_body_nested_too_deep_is_the_providers_fault_not_the_sdk_version(run, provider):
+def test_a_body_nested_too_deep_is_the_providers_fault(run, provider):
     provider.script(Reply(body=b"[" * 100_000 + b"]" * 100_000, content_type="application/json"))
     result = run()
-    first, second = result.err.splitlines()
-    assert result.code == 3 and first.startswith("[Provider] step 1: ")
-    assert "openai" not in second and "版本问题" not in first, result.err
-    assert "Traceback" not in result.err
+    assert_the_providers_failure(result)
+    assert "openai" not in result.err_lines[1]  # nothing suggests the SDK is at fault
 
 
 def test_a_200_body_that_is_not_json_is_the_providers_fault(run, provider):
     provider.script(Reply(body=b"not json at all", content_type="application/json"))
     result = run("--show-messages")
-    first, _ = result.err.splitlines()
-    assert "被拒收" not in result.out  # the body never became a response: nothing was refused
-    assert result.code == 3 and first.startswith("[Provider] step 1: HTTP 200"), result.err
-    assert "Traceback" not in result.err and KEY not in result.everything
+    assert_the_providers_failure(result)
+    assert "not json at all" in result.err  # the body's start is quoted
+    assert "被拒收" not in result.out  # the body never became a reply: nothing was refused
 
 
 def test_the_history_is_still_printed_when_a_bug_stops_the_run(run, provider, monkeypatch):

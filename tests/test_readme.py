@@ -70,7 +70,7 @@ def test_ci_asserts_the_python_and_openai_pairs_the_readme_lists():
 def test_the_exit_code_table_matches_the_help_text():
     table = section(REFERENCE, "## 退出码")
     codes = re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)
-    assert codes == ["0", "1", "2", "3", "4", "130"]
+    assert codes == ["0", "1", "2", "3", "130"]
     help_codes = re.findall(r"(\d+) [^\d；]", lesson.HELP.split("退出码：", 1)[1])
     assert help_codes == codes
     named = {int(c) for c in codes} - {130}
@@ -136,3 +136,25 @@ def test_the_template_teaches_the_call_format_it_renders():
     history_starts = source.index("{%- for message in messages %}")
     assert source.count(opening) == 2
     assert source.index(opening) < history_starts < source.rindex(opening)
+
+
+def script_dependencies():
+    """The dependencies of the script's own PEP 723 block (`# /// script` ... `# ///`)."""
+    source = (ROOT / "lesson_03_tool_calling_loop.py").read_text(encoding="utf-8")
+    block = re.search(r"^# /// script\n((?:#.*\n)*?)# ///$", source, flags=re.M)[1]
+    (listed,) = re.findall(r"^# dependencies = \[(.*)\]$", block, flags=re.M)
+    return re.findall(r'"([^"]+)"', listed)
+
+
+def test_the_scripts_own_metadata_lists_exactly_what_requirements_txt_installs():
+    # `uv run lesson_03_tool_calling_loop.py` installs from the block, pip from the file
+    lines = (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    required = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    assert required and script_dependencies() == required
+    assert any(name.startswith("socksio") for name in required)  # socks5:// proxies work
+
+
+def test_the_readme_offers_uv_run_on_the_script_itself():
+    online = section(README, "## 在线运行：选一个 Provider")
+    assert "`uv run lesson_03_tool_calling_loop.py`" in online
+    assert "`uv run lesson_03_tool_calling_loop.py`" in section(README, "## English")

@@ -1,6 +1,6 @@
 """The offline self-check: runs under -O, imports no openai, catches planted bugs."""
 
-import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,12 +64,6 @@ def test_self_check_never_imports_openai(poisoned_openai):
     assert done.stdout.splitlines()[-1:] == ["False 0"], done.stdout + done.stderr
 
 
-def test_the_script_has_no_assert_statements():
-    tree = ast.parse(SCRIPT.read_text(encoding="utf-8"))
-    assert any(isinstance(node, ast.If) for node in ast.walk(tree))  # the walk sees statements
-    assert [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assert)] == []
-
-
 # Each entry replaces one exact piece of the script (found exactly once) with a bug.
 PLANTED_BUGS = {
     "bool accepted": (
@@ -112,8 +106,8 @@ PLANTED_BUGS = {
         'ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details", "reasoning")',
     ),
     "think block printed as the answer": (
-        'return without_reasoning("".join(',
-        'return ("".join(',
+        'text = without_reasoning(message.content or "")',
+        'text = message.content or ""',
     ),
     "missing ids accepted": ("not all(ids) or ", ""),
     "duplicate ids accepted": (" or len(set(ids)) < len(ids)", ""),
@@ -130,7 +124,18 @@ PLANTED_BUGS = {
         "if not any(char.isprintable() and not char.isspace()",
         "if not any(False",
     ),
-    "call written as text accepted": ("if looks_like_tool_call_text(text):", "if False:"),
+    "call written as text accepted": (
+        "    reject_call_written_as_text(text)\n    return text",
+        "    return text",
+    ),
+    "a refused final answer written to the history": (
+        "answer = final_answer(message)\n                messages.append(reply)",
+        "messages.append(reply)\n                answer = final_answer(message)",
+    ),
+    "any finish_reason taken as a final answer": (
+        "raise finish_reason_stop(choice.finish_reason, with_tool_calls=False)",
+        "return final_answer(message)",
+    ),
     # issue 24: Ollama, old LM Studio and llama-cpp-python refuse content: null beside calls
     "content null kept beside tool calls": (
         '"content": message.content or ""',
@@ -154,13 +159,17 @@ def test_self_check_under_python_O_catches_a_planted_bug(tmp_path, original, pla
     mutant = tmp_path / SCRIPT.name
     mutant.write_text(mutant_source, encoding="utf-8")
     done = self_check(mutant, "-O")
-    lines = done.stderr.splitlines()
-    assert (done.returncode, "失败" in done.stderr, lines[-1:], "Traceback" in done.stderr) == (
-        1,
-        True,
-        ["self-check failed"],
-        False,
-    ), done.stdout + done.stderr
+    assert (done.returncode, "Traceback" in done.stderr) == (1, False), done.stdout + done.stderr
+    failed, last = done.stderr.splitlines()
+    number = int(re.match(r"\[(\d+)/", failed)[1])
+    name = lesson.SELF_CHECKS[number - 1][0]  # the line names the check that caught the bug
+    assert failed.startswith(f"[{number}/{len(lesson.SELF_CHECKS)}] 失败：{name}："), failed
+    assert last == "self-check failed"
+    # the checks before it still pass and say so
+    assert done.stdout.splitlines() == [
+        f"[{n}/{len(lesson.SELF_CHECKS)}] ok  {lesson.SELF_CHECKS[n - 1][0]}"
+        for n in range(1, number)
+    ]
 
 
 def test_output_streams_without_reconfigure_are_fine():
