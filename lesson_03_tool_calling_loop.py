@@ -794,7 +794,8 @@ def without_reasoning(text: str) -> str:
 # （"a": 248、a=248、<parameter=a>、>a</，前后都行），中间只隔 GLUE（标点、标签、键，不是一句话）。
 # 不看名字的两条：模板的控制标记 <|…|>、<｜…｜>；回答一开头就是“名字 + 参数”的 JSON。`…` 是引用。
 CONTROL_TOKEN = r"<\|[^<>|\s]{1,40}\|>|<｜[^<>｜\n]{1,40}｜"
-GLUE = r"""(?:\s|[!#-;=-@\[-^`{-~]|"(?:\w+"\s*:)?|<(?:[^<>\n]{1,60}>)?|json|\n\w[\w ]{0,20}:)"""
+GLUE = r"""(?:\s|[!#-;=-@\[-^`{-~]|"(?:\w+"\s*:)?|<(?:[^<>\n]{1,60}>)?|\[[A-Z_]{1,20}\]"""
+GLUE += r"""|json|\n\w[\w ]{0,20}:)"""  # 标签：<…>，也有 [ARGS] 这样的（Mistral）
 VALUE = r"""\s*[:=](?!=)\s*(?:-?\d|[\\"'\[{]|true|false|null)"""  # "a": 248、a=248 的后半
 CALL_HEAD = r'\s*(?:(?:```|~~~)[^\n]*\n)?[\[{\s]*\{\s*"(?:name|tool_name|function)"\s*:\s*"[^"]*"'
 CALL_HEAD += r'\s*,\s*"(?:arguments|parameters|args)"\s*:(?!\s*\{\s*"type"\s*:\s*"object")'
