@@ -519,8 +519,8 @@ MISTAKES = [  # (只查哪个变量, 认出这种错的正则, 错在哪, 怎么
     ("OPENAI_BASE_URL", r"[!-~]*://[^/]*@[!-~]*|[!-~]*\?[!-~]*",
      "地址里不能写用户名密码（SDK 会改用它们认证）或 ?查询参数（SDK 把路径拼在它后面）", URL_FIX),
     ("OPENAI_BASE_URL", r"[!-~]*/chat/completions/*", "写到了 /chat/completions", "写到它之前为止"),
-    ("OPENAI_BASE_URL", r"(?=[!-~]*$)(?!https?://[^/?#@]+(/|$)).*", "要以 http:// 或 https:// 开头",
-     URL_FIX),
+    ("OPENAI_BASE_URL", r"(?=[!-~]*$)(?!(?i:https?)://[^/?#@]+(/|$)).*",
+     "要以 http:// 或 https:// 开头", URL_FIX),
 ]
 # fmt: on
 
@@ -537,9 +537,8 @@ def check_config(environment: dict) -> dict:
         raise ConfigError(HARNESS, f"缺少环境变量 {name}", f"export {name}=...{local}")
     for name, value in values.items():
         problem = variable_problem(name, value) if value else ()
-        hidden = name == "OPENAI_API_KEY" or KEY_LIKE.search(value)  # key 的值不打印
-        if problem:
-            shown = "" if hidden else f"（{clip(value, 120)}）"
+        if problem:  # key 的值不打印（别的值里像 key 的段，输出时由遮罩换掉）
+            shown = "" if name == "OPENAI_API_KEY" else f"（{clip(value, 120)}）"
             raise ConfigError(HARNESS, f"{name} 不可用{shown}：{problem[0]}", problem[1])
     config = {"api_key": values["OPENAI_API_KEY"], "model": values["OPENAI_MODEL"]}
     config["base_url"] = values["OPENAI_BASE_URL"] or "https://api.openai.com/v1"  # SDK 就不读环境
@@ -631,8 +630,9 @@ def explain_request_failure(error: Exception, config: dict) -> RequestFailed:
     if isinstance(error, openai.APITimeoutError):
         reason = f"超时：{config['timeout']:g} 秒内没连上或没等到响应（连接至多 5 秒；本课不重试）"
         hint += "；本地模型慢就调大 OPENAI_TIMEOUT"
-    proxies = [n for n, v in config["environment"].items() if n.lower().endswith("_proxy") and v]
-    if proxies:  # 代理由 SDK 的 HTTP 库照这些变量决定；本机、内网的端点常常不该经过它
+    names = ("http_proxy", "https_proxy", "all_proxy")  # SDK 的 HTTP 库照它们（大小写都算）走代理
+    proxies = [n for n, v in config["environment"].items() if v and n.lower() in names]
+    if proxies:  # 本机、内网的端点常常不该经过代理
         hint += f"；设着 {'、'.join(proxies)}：本机、内网的端点加进 NO_PROXY=127.0.0.1,localhost"
     cause = error.__cause__ or error  # HTTP 库的异常，它说的是哪一步断了（连接、TLS 证书……）
     what = f"{reason}（{type(cause).__name__}: {clip(str(cause), 120)}）"
