@@ -515,7 +515,6 @@ MISTAKES = [  # (只查哪个变量, 认出这种错的正则, 错在哪, 怎么
     ("", r".*(\.\.\.|…|<[^<>]*>|\byour[-_]|provider\.example).*", "还是 README 或课文里的占位符",
      "换成你自己的真实值"),
     ("OPENAI_API_KEY", r"(?i)bearer\s.*", "开头多了 Bearer（SDK 会自己加）", "只留 key"),
-    # 地址的几条只看 ASCII 的值：全角的 ：、空白由下面逐个字符的检查点名
     ("OPENAI_BASE_URL", r"[!-~]*://[^/]*@[!-~]*|[!-~]*\?[!-~]*",
      "地址里不能写用户名密码（SDK 会改用它们认证）或 ?查询参数（SDK 把路径拼在它后面）", URL_FIX),
     ("OPENAI_BASE_URL", r"[!-~]*/chat/completions/*", "写到了 /chat/completions", "写到它之前为止"),
@@ -538,7 +537,7 @@ def check_config(environment: dict) -> dict:
     for name, value in values.items():
         problem = variable_problem(name, value) if value else ()
         if problem:  # key 的值不打印（别的值里像 key 的段，输出时由遮罩换掉）
-            shown = "" if name == "OPENAI_API_KEY" else f"（{clip(value, 120)}）"
+            shown = "" if name == "OPENAI_API_KEY" or "@" in value else f"（{clip(value, 120)}）"
             raise ConfigError(HARNESS, f"{name} 不可用{shown}：{problem[0]}", problem[1])
     config = {"api_key": values["OPENAI_API_KEY"], "model": values["OPENAI_MODEL"]}
     config["base_url"] = values["OPENAI_BASE_URL"] or "https://api.openai.com/v1"  # SDK 就不读环境
@@ -569,9 +568,8 @@ def variable_problem(name: str, value: str) -> tuple:
 HINT_BALANCE = "余额、额度或免费额度用完了，或账户欠费：到 Provider 控制台充值或开通付费，或换 key"
 HINT_WORDS = "按上面 Provider 的原话处理"
 HINT_MODEL = "检查 OPENAI_MODEL：与 Provider 模型列表一字不差、账户已开通；经网关时令牌要有权用它"
-# 状态码会误导时才认说法（余额用完也回 400、403、429）；各行的真实错误体与出处在测试里
 # fmt: off
-PHRASES = [  # (说法, 失败的一环, 建议)
+PHRASES = [  # 状态码会误导时才认的说法（余额用完也回 400、403、429）：(说法, 失败的一环, 建议)
     (r"support (tools|tool use|function call)|param:? tools|tools param|tool choice requires",
      MODEL, "换支持 tools 的模型或端点（vLLM 开自动工具选择，llama.cpp 加 --jinja）；不用改工具"),
     (r"insufficient (balance|quota)|balance is insufficient|current quota|paid balance|arrearage"
@@ -611,8 +609,7 @@ def provider_failure(what: str, status: int, text: str) -> RequestFailed:
     """引用原话（没有就引用响应体）；建议先看说法，再看状态码，最后照原话办。"""
     words = provider_words(text)
     said = re.sub(r"%20|[\s_]+", " ", words.lower())
-    rows = [(link, hint) for pattern, link, hint in PHRASES if re.search(pattern, said)]
-    link, hint = (rows or [(PROVIDER, "")])[0]
+    link, hint = next(((k, h) for p, k, h in PHRASES if re.search(p, said)), (PROVIDER, ""))
     hint = hint or (HINT_MODEL if status == 404 and "model" in said else STATUS_HINTS.get(status))
     hint = hint or (HINT_WORDS if words else "看服务端日志，或换端点")
     return RequestFailed(link, f"{what}{clip(words or text) or '（响应体是空的）'}", hint)
@@ -625,6 +622,12 @@ def explain_request_failure(error: Exception, config: dict) -> RequestFailed:
     if isinstance(error, openai.APIStatusError):
         status = error.status_code
         return provider_failure(f"HTTP {status}：", status, error.response.text)
+    chain = [error.__context__, getattr(error.__context__, "__context__", None)]
+    status = next((c.response.status_code for c in chain if hasattr(c, "response")), None)
+    if status is not None:  # 处理错误状态时（SDK 读它的响应体：解压、解码）出的错，SDK 没有包装
+        return provider_failure(f"HTTP {status}：响应体读不了，", status, clip(repr(error)))
+    if not isinstance(error, openai.APIConnectionError):
+        raise error  # 不是外部世界的失败，是 Harness 的 bug：原样往上抛
     hint = "检查地址、端口和服务是否已启动；本地服务（Ollama、llama.cpp、vLLM）用 http://"
     reason = "连不上服务器，或连上后没收到响应（TLS 出错的，原因里写着 SSL）"
     if isinstance(error, openai.APITimeoutError):
@@ -684,7 +687,7 @@ def make_client(config: dict, waiting: object) -> SimpleNamespace:
         try:
             with ticking(waiting), raw.create(**request) as response:
                 return read_reply(response.iter_bytes())
-        except (openai.APIStatusError, openai.APIConnectionError) as error:  # 别的异常原样往上抛
+        except Exception as error:  # RequestFailed 和 Harness 的 bug 由它原样抛出
             raise explain_request_failure(error, config) from None
 
     return SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
@@ -850,11 +853,11 @@ def secret_mask(environment: dict) -> object:
     secrets = {environment.get("OPENAI_API_KEY", "").strip()}
     for value in environment.values():
         secrets.update(KEY_LIKE.findall(value) + re.findall(r"://[^/@\s:]*:([^/@\s]+)@", value))
-    forms = {f for s in secrets for f in (s, json.dumps(s)[1:-1], quote(s, safe="")) if len(f) >= 8}
+    forms = {f for s in secrets for f in (s, json.dumps(s)[1:-1], quote(s, "", None, "replace"))}
     forms |= {form.replace("/", "\\/") for form in forms}  # JSON 也可以把 / 写成 \/（PHP 默认如此）
-    starts = "|".join(re.escape(form[:8]) for form in forms)
+    starts = "|".join(re.escape(form[:8]) for form in forms if len(form) >= 8)
     alphabet = re.escape("".join(set("".join(forms))))
-    secret = re.compile(f"(?:{starts})[{alphabet}]*" if forms else r"(?!)", re.IGNORECASE)
+    secret = re.compile(f"(?:{starts})[{alphabet}]*" if starts else r"(?!)", re.IGNORECASE)
 
     def mask(text: str) -> str:
         text = re.sub(r"\b([A-Za-z][\w+.-]*://)[^\s/@]+@", r"\1***@", secret.sub("***", text))
@@ -897,8 +900,7 @@ HELP = """\
 用法：python3 lesson_03_tool_calling_loop.py [--show-messages] [问题……] | --self-check | --demo
   问题默认“帮我算一下 248 乘以 15”；--show-messages 在结束后（失败时也一样）把消息历史打印成 JSON
   在线运行读 OPENAI_API_KEY、OPENAI_MODEL、OPENAI_BASE_URL、OPENAI_TIMEOUT（怎么填见 README）
-退出码：0 打印了回答（不保证答对）；1 Loop 被停下（或自检失败、程序自身出错）；2 用法或配置错误；
-        3 请求失败或响应体不是回复；130 按了 Ctrl-C"""
+退出码：0 有回答（不保证对）；1 Loop 被停下或程序出错；2 用法或配置错误；3 请求失败；130 Ctrl-C"""
 OPTIONS = ("--self-check", "--demo", "--show-messages", "--help", "-h")
 
 
@@ -940,10 +942,8 @@ def run_command(argv: list, environment: dict, waiting: object) -> int:
 
 def report(stop: AgentStop, config: dict, messages: list, file: object = None) -> None:
     """两行：哪一环、第几步、原因（端点的问题写明端点和模型）；最后一个成功事件和建议。"""
-    endpoint = ""
+    endpoint = f"；端点 {config['base_url']}，模型 {clip(config['model'], 80)}" if config else ""
     last_ok = "Harness 已就绪，user 消息已写入历史"
-    if stop.link != HARNESS and config:
-        endpoint = f"；端点 {config['base_url']}，模型 {clip(config['model'], 80)}"
     if messages and messages[-1]["role"] == "tool":
         last_ok = f"{clip(messages[-1]['tool_call_id'], 80)} 的 Tool Result 已写入历史"
     last_ok = f"step {stop.step}: 收到响应" if stop.refused is not None else last_ok

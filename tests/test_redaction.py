@@ -323,7 +323,7 @@ def test_a_secret_in_any_variable_is_shown_on_no_exit_path(
             {"OPENAI_BASE_URL": f"http://learner:{PLAIN_PASSWORD}@127.0.0.1:1/v1"},
             PLAIN_PASSWORD,
             "OPENAI_BASE_URL",
-            "（http://***@127.0.0.1:1/v1）",
+            "",  # a URL with user:password@ is not echoed at all
         ),
         (
             {"HTTPS_PROXY": f"ftp://learner:{PLAIN_PASSWORD}@127.0.0.1:1"},
