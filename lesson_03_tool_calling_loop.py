@@ -732,14 +732,14 @@ def what_body_is(body: bytes, error: Exception) -> tuple:
     kinds = [
         (len(body) > MAX_REPLY_BYTES, f"超过 {MAX_REPLY_BYTES >> 20} MB 还没完（也许是解压炸弹）"),
         (isinstance(error, UnicodeDecodeError), "不是 UTF-8 文本"),  # GBK，或没声明的压缩数据
-        (not body.strip(), "是空的"),
+        (not body.strip() and isinstance(error, json.JSONDecodeError), "是空的"),
         (isinstance(error, json.JSONDecodeError), "不是 JSON"),  # 网页、事件流（data: …）……
         (isinstance(error, (RecursionError, ValueError)), "不是能照原样发回的严格 JSON"),
         (True, "没能读完"),  # 解压出错、中途断开、声明的长度不对……
     ]
     what = next(what for matched, what in kinds if matched)
-    start = clip(body[:200].decode(errors="replace"), 80)
-    seen = f"（{type(error).__name__}: {clip(str(error), 80)}）：{start}" if body.strip() else ""
+    seen = "" if what == "是空的" else f"（{type(error).__name__}: {clip(str(error), 80)}）"
+    seen += f"：{clip(body[:200].decode(errors='replace'), 80)}" if body.strip() else ""
     return f"HTTP 200，但响应体{what}{seen}", "看服务端日志、中间的网关；地址要指向 API，不是网页"
 
 

