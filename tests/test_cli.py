@@ -89,9 +89,8 @@ BAD_CONFIGURATION = [
         "OPENAI_BASE_URL",
         id="full-endpoint-path",
     ),
-    pytest.param(
-        {"OPENAI_BASE_URL": "http://127.0.0.1:99999/v1"}, "OPENAI_BASE_URL", id="port-99999"
-    ),
+    # the SDK's HTTP library refuses these while the client is built: exit 2, the hint names
+    # the variable (the script itself has no port check)
     pytest.param({"OPENAI_BASE_URL": "http://127.0.0.1:abc/v1"}, "OPENAI_BASE_URL", id="port-abc"),
     pytest.param({"OPENAI_BASE_URL": "http://[::1/v1"}, "OPENAI_BASE_URL", id="unclosed-ipv6"),
     pytest.param({"OPENAI_BASE_URL": "ftp://127.0.0.1:{port}/v1"}, "OPENAI_BASE_URL", id="ftp"),
@@ -129,9 +128,8 @@ def configured(env, server, overrides):
 def test_bad_configuration_exits_2_naming_the_variable(run, env, server, overrides, variable):
     result = run([], configured(env, server, overrides))
     first = result.err_lines[0] if result.err_lines else ""
-    assert (result.code, first.startswith("[Harness] "), variable in first) == (2, True, True), (
-        result.err
-    )
+    named = variable in result.err  # in the first line, or (the SDK refused it) in the hint
+    assert (result.code, first.startswith("[Harness] "), named) == (2, True, True), result.err
 
 
 def aims_at_the_server(param):
@@ -159,32 +157,27 @@ def test_bad_configuration_is_reported_in_two_stderr_lines_only(
     assert (len(result.err_lines), result.out) == (2, ""), result.err
 
 
+# A URL's password is a secret like the key: neither the report that the URL carries
+# credentials, nor any other report about the value, may show it. The passwords are not
+# KEY_LIKE (only the URL makes them secret) and each value is one a learner can type: an
+# unescaped @ in the password, a stray space, a missing scheme or slash.
 @pytest.mark.parametrize(
-    "password",
+    ("template", "password"),
     [
-        pytest.param("pass", id="plain"),
-        pytest.param("alpha@omega9", id="with-at-sign"),
-        pytest.param("alpha:omega9", id="with-colon"),
-        pytest.param("alpha/omega9", id="with-slash"),
-        pytest.param("alpha\nomega9", id="with-newline"),
-        pytest.param("alpha omega9", id="with-space"),
-        pytest.param("alpha\tomega9", id="with-tab"),
-        pytest.param("alpha\u3000omega9", id="with-ideographic-space"),
-    ],
-)
-@pytest.mark.parametrize(
-    "template",
-    [
-        pytest.param("http://user:{password}@127.0.0.1:{port}/v1", id="url"),
-        pytest.param("http:/user:{password}@127.0.0.1:{port}/v1", id="one-slash"),
-        pytest.param("user:{password}@127.0.0.1:{port}/v1", id="no-scheme"),
-        pytest.param("http://user:{password}@127.0.0.1:99999/v1", id="bad-port"),
+        pytest.param("http://user:{password}@{host}/v1", "pass", id="plain"),
+        pytest.param("http://user:{password}@{host}/v1", "alpha:omega9", id="with-colon"),
+        pytest.param("http://user:{password}@{host}/v1", "alpha@omega9", id="with-at-sign"),
+        pytest.param("http://user:{password}@{host}/v1", "alpha omega9", id="with-space"),
+        pytest.param("http://user:{password}@{host}/v1", "alpha\nomega9", id="with-newline"),
+        pytest.param("http:/user:{password}@{host}/v1", "secret9", id="one-slash"),
+        pytest.param("user:{password}@{host}/v1", "secret9", id="no-scheme"),
+        pytest.param("user:{password}@{host}/v1", "alpha@omega9", id="no-scheme-with-at-sign"),
     ],
 )
 def test_a_password_in_the_base_url_is_never_echoed(run, env, server, password, template):
-    url = template.format(password=password, port=server.port)
+    url = template.format(password=password, host=f"127.0.0.1:{server.port}")
     result = run([], {**env, "OPENAI_BASE_URL": url})
-    assert result.code == 2
+    assert (result.code, server.requests) == (2, [])
     # Word by word: a report may turn the whitespace into something else and still leak
     pieces = [part for part in re.split(r"[@:/\s]+", password) if part]
     leaked = [part for part in pieces if part in result.out + result.err]
@@ -207,11 +200,12 @@ def test_the_api_key_never_appears_in_a_configuration_report(run, env, server, o
     assert secret not in result.out + result.err
 
 
-# Rule 6: a value that fails a check is described by the mistake that produces it, found by one
-# check per variable (the same check for every variable), and the report says what to do.
+# A value that fails a check is described by the mistake that produces it, found by one check
+# per variable (the same check for every variable), and the report says what to do. Only
+# certain mistakes are named: which variable a value "looks like" is never guessed.
 # (variable, value, words the first line must contain, words the hint must contain)
 MISTAKES = [
-    pytest.param("OPENAI_API_KEY", "Bearer " + KEY, ["Bearer"], ["Bearer"], id="bearer-prefix"),
+    pytest.param("OPENAI_API_KEY", "Bearer " + KEY, ["Bearer"], [], id="bearer-prefix"),
     pytest.param("OPENAI_API_KEY", f'"{KEY}"', ["引号"], ["引号"], id="quoted-key"),
     pytest.param(
         "OPENAI_BASE_URL", '"http://127.0.0.1:{port}/v1"', ["引号"], ["引号"], id="quoted-url"
@@ -242,15 +236,8 @@ MISTAKES = [
     pytest.param(
         "OPENAI_API_KEY", "sk-cli secret-0123456789", ["第 7 个字符", "空白"], [], id="space"
     ),
-    pytest.param(
-        "OPENAI_API_KEY",
-        "http://127.0.0.1:{port}/v1",
-        ["地址"],
-        ["OPENAI_BASE_URL", "填反"],
-        id="url-as-key",
-    ),
-    pytest.param("OPENAI_BASE_URL", KEY, ["API Key"], ["OPENAI_BASE_URL", "填反"], id="key-as-url"),
-    pytest.param("OPENAI_MODEL", KEY, ["API Key"], ["OPENAI_MODEL", "填反"], id="key-as-model"),
+    # the key pasted as the address: not an address (a certain mistake), and still never shown
+    pytest.param("OPENAI_BASE_URL", KEY, ["http://"], [], id="key-as-url"),
 ]
 
 
@@ -272,7 +259,8 @@ def test_a_swapped_key_and_url_never_print_the_key(run, server):
         [], {"OPENAI_API_KEY": server.base_url, "OPENAI_BASE_URL": KEY, "OPENAI_MODEL": "m"}
     )
     assert result.code == 2 and KEY not in result.err and KEY[:8] not in result.err
-    assert "OPENAI_BASE_URL" in result.err and "填反" in result.err
+    assert result.err.startswith("[Harness] OPENAI_BASE_URL "), result.err
+    assert server.requests == []
 
 
 def test_an_address_with_an_account_id_in_its_path_is_not_taken_for_a_key(run, env, server):
@@ -286,14 +274,15 @@ def test_an_address_with_an_account_id_in_its_path_is_not_taken_for_a_key(run, e
     assert (result.code != 2, sent) == (True, [f"{path}/chat/completions"]), result.err
 
 
-# Mechanism 7: the environment is read once, and each class of mistake a learner makes with it is
+# 配置进来: the environment is read once, and each certain mistake a learner makes with it is
 # named before anything is sent. (overrides, the names the report must contain, the mistake)
 # "{base}" is the shared server's base URL, None removes the variable.
 ENVIRONMENT_MISTAKES = [
+    # swapped: only the certain half is named (an address may be a model's name on a gateway)
     pytest.param(
         {"OPENAI_MODEL": "https://api.deepseek.com/v1", "OPENAI_BASE_URL": "deepseek-chat"},
-        ["OPENAI_MODEL", "OPENAI_BASE_URL"],
-        "填反",
+        ["OPENAI_BASE_URL", "deepseek-chat"],
+        "http://",
         id="model-and-base-url-swapped",
     ),
     *(
@@ -312,22 +301,7 @@ ENVIRONMENT_MISTAKES = [
         id="readme-gateway",
     ),
     pytest.param(
-        {"OPENAI_BASE_URL": None, "OPENAI_API_BASE": "{base}"},
-        ["OPENAI_BASE_URL", "OPENAI_API_BASE"],
-        "",
-        id="old-name-OPENAI_API_BASE",
-    ),
-    pytest.param(
-        {"OPENAI_API_KEY": None, "openai_api_key": KEY},
-        ["OPENAI_API_KEY", "openai_api_key"],
-        "",
-        id="lower-case-name",
-    ),
-    pytest.param(
-        {"OPENAI_MODEL": None, "OPENAI_MODLE": "test-model"},
-        ["OPENAI_MODEL", "OPENAI_MODLE"],
-        "",
-        id="misspelt-name",
+        {"OPENAI_API_KEY": None, "openai_api_key": KEY}, ["OPENAI_API_KEY"], "", id="no-key"
     ),
 ]
 
@@ -355,8 +329,9 @@ def test_an_environment_mistake_exits_2_naming_it_before_any_request(
 
 
 def test_an_unexpanded_reference_names_the_variable_that_was_not_expanded(run, env, server):
-    result = run([], {**env, "OPENAI_API_KEY": "${DEEPSEEK_API_KEY}"})
-    assert (result.code, "DEEPSEEK_API_KEY" in result.err) == (2, True), result.err
+    # (in OPENAI_API_KEY the value is never shown, whatever it is)
+    result = run([], {**env, "OPENAI_MODEL": "${DEEPSEEK_MODEL}"})
+    assert (result.code, "DEEPSEEK_MODEL" in result.err) == (2, True), result.err
 
 
 @pytest.mark.parametrize(
@@ -370,6 +345,9 @@ def test_an_unexpanded_reference_names_the_variable_that_was_not_expanded(run, e
         pytest.param({"OPENAI_MODEL": "通义千问-plus"}, id="non-ascii-model-alias"),
         # LiteLLM / Vertex names carry a version after @: a model, not user:password@host
         pytest.param({"OPENAI_MODEL": "claude-3-5-sonnet-v2@20241022"}, id="model-with-at"),
+        # looks like a key, is a model (a fine-tune's id): nothing is guessed before a request
+        pytest.param({"OPENAI_MODEL": "0123456789abcdef0123456789abcdef"}, id="32-hex-model"),
+        pytest.param({"OPENAI_MODEL": "https://api.deepseek.com/v1"}, id="address-as-model"),
     ],
 )
 def test_a_near_miss_is_not_reported(run, env, server, overrides):
@@ -404,11 +382,11 @@ USAGE_ERRORS = [
     pytest.param(["-help"], id="-help"),
     pytest.param(["-x"], id="-x"),
     pytest.param(["--show-messages=1"], id="--show-messages=1"),
-    pytest.param([""], id="empty-question"),
-    pytest.param(["   "], id="blank-question"),
-    pytest.param(["--self-check", "6 乘以 7"], id="self-check-with-question"),
-    pytest.param(["--self-check", "--show-messages"], id="self-check-with-show-messages"),
+    pytest.param(["6 乘以 7", "--bogus"], id="unknown-option-after-the-question"),
+    # a byte the terminal's encoding could not decode (surrogateescape): not sendable as UTF-8
     pytest.param(["\udcff"], id="lone-surrogate-question"),
+    pytest.param(["6 乘以 7\udce4"], id="lone-surrogate-in-a-question"),
+    pytest.param(["--", "\udcff"], id="lone-surrogate-after-double-dash"),
 ]
 
 
@@ -427,29 +405,14 @@ def test_a_usage_error_prints_two_stderr_lines_and_sends_nothing(run, env, serve
 
 
 @pytest.mark.parametrize(
-    ("typed", "meant"),
-    [
-        ("—show-messages", "--show-messages"),
-        ("－－demo", "--demo"),
-        ("——self-check", "--self-check"),
-    ],
-)
-def test_an_option_typed_with_an_input_methods_dashes_suggests_the_ascii_one(
-    run, env, server, typed, meant
-):
-    server.script(completion(content="42"))  # taken for a question, it would be sent
-    result = run([typed], env)
-    assert (result.code, result.out, server.requests) == (2, "", []), result.err
-    first = result.err_lines[0]
-    assert first.startswith("参数错误") and typed in first and meant in first, first
-
-
-@pytest.mark.parametrize(
     ("args", "question"),
     [
         pytest.param([], "帮我算一下 248 乘以 15", id="default"),
         pytest.param(["帮我算一下", "6", "乘以", "7"], "帮我算一下 6 乘以 7", id="words-joined"),
         pytest.param(["--", "--self-check"], "--self-check", id="after-double-dash"),
+        pytest.param(["--", "--help"], "--help", id="help-after-double-dash"),
+        pytest.param(["--", "--bogus"], "--bogus", id="unknown-option-after-double-dash"),
+        pytest.param(["--", "--", "x"], "-- x", id="second-double-dash"),
         pytest.param(["--show-messages", "--", "-x"], "-x", id="option-then-double-dash"),
         pytest.param(["-7 乘以 6"], "-7 乘以 6", id="leading-minus-number"),
         pytest.param(["-7", "乘以", "6"], "-7 乘以 6", id="leading-minus-word"),
@@ -499,7 +462,7 @@ def test_help_lists_every_exit_code(run, flag):
     out = run([flag], {}).out
     section = out.split("退出码", 1)[1]
     listed = {int(code) for code in re.findall(r"(?:^|[：；\s])(\d+) ", section)}
-    assert listed == {0, 1, 2, 3, 4, 130}, section
+    assert listed == {0, 1, 2, 3, 130}, section
 
 
 @HELP_FLAGS
@@ -520,14 +483,11 @@ def without_openai(monkeypatch):
 
 def test_without_openai_exits_2_naming_the_sdk(run, env, server, without_openai):
     result = run([], env)
-    assert (result.code, result.err_lines[:1]) == (2, ["[Harness] 没有安装 openai SDK"])
-
-
-def test_without_openai_the_hint_is_a_pip_command_that_works_from_any_directory(
-    run, env, without_openai
-):
-    err = run([], env).err
-    assert ('pip install "openai>=1.109.1,<4"' in err, "requirements" in err) == (True, False), err
+    first, second = [*result.err_lines, "", ""][:2]
+    assert (result.code, len(result.err_lines), result.out) == (2, 2, ""), result.err
+    assert first.startswith("[Harness] openai SDK "), first
+    assert "pip install" in second and "Traceback" not in result.err, second
+    assert server.requests == []
 
 
 def test_a_model_name_with_an_at_sign_is_shown_not_masked(run, env, server):

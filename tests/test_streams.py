@@ -1,24 +1,36 @@
-"""Where the output goes: streams that are closed, full or abandoned by their reader, and
-text from the provider that must not reach a terminal raw.
+"""Where the output goes: streams that are closed, full or abandoned by their reader; text from
+the provider that must not reach a terminal raw; and the wait ticker, which only prints.
 
 Most broken-stream tests start real processes, because what they pin happens at the process
 boundary (the exit code, and what the interpreter prints while shutting down). They prefer
---self-check and configuration errors, which start in ~50 ms without importing openai; the
-online answer's exit code, decided inside main(), is checked in-process.
+--self-check and configuration errors, which start in ~50 ms without importing openai; a few
+online runs (`| head`, `2>&-`) go through the process too, the rest of the online exit codes,
+decided inside main(), are checked in-process. The ticker is driven by fake seconds (its
+Event's wait() returns at once), so nothing here waits for real time or measures it.
 """
 
 import contextlib
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
+import unicodedata
 from pathlib import Path
 
 import pytest
 
 import lesson_03_tool_calling_loop as lesson
-from tests.provider_server import Reply, completion, tool_call
+from tests.provider_server import (
+    ARTICLE_FINAL,
+    ARTICLE_LINES,
+    ARTICLE_TOOL_TURN,
+    Reply,
+    completion,
+    tool_call,
+)
 
 SCRIPT = Path(lesson.__file__).resolve()
 KEY = "sk-streams-secret-0123456789"
@@ -149,15 +161,10 @@ BAD_REQUEST = Reply(status=400, json={"error": {"message": "bad request"}})
 # (what the provider sends, the broken stream, how it is broken, the run's own exit code)
 ONLINE_BROKEN = [
     pytest.param(completion(content="42"), "stdout", "reader-left", 0, id="answer-stdout-left"),
-    pytest.param(completion(content="42"), "stdout", "closed", 0, id="answer-stdout-closed"),
-    pytest.param(
-        completion(content="42", finish_reason="length"), "stdout", "closed", 1, id="stop-stdout"
-    ),
     pytest.param(
         completion(content="42", finish_reason="length"), "stderr", "closed", 1, id="stop-stderr"
     ),
     pytest.param(BAD_REQUEST, "stderr", "reader-left", 3, id="request-failed-stderr-left"),
-    pytest.param(BAD_REQUEST, "stderr", "closed", 3, id="request-failed-stderr-closed"),
 ]
 
 
@@ -390,7 +397,6 @@ class Waiting:
 def ticks(monkeypatch):
     """Drive ticking() with `n` seconds that pass at once: its Event's wait() times out n times,
     then blocks until the block ends. Returns a function running the ticker for n ticks."""
-    import threading
 
     def run(stream, n):
         ticked, done = threading.Event(), threading.Event()
@@ -461,3 +467,130 @@ def test_only_a_terminal_that_understands_carriage_returns_gets_the_status_line(
     tty, dumb, erasable
 ):
     assert lesson.SafeOutput(Terminal(tty), str, dumb).erasable is erasable
+
+
+# The ticker inside a real run: main() hands it stderr; the provider answers at once, and each
+# request "waits" `seconds` fake seconds, so what is written does not depend on the machine.
+
+
+@pytest.fixture
+def seconds_per_request(monkeypatch):
+    """set(n): from now on, every ticking() sees n seconds pass before its request ends."""
+
+    class Seconds:
+        def __init__(self, n):
+            self.left, self.done = n, threading.Event()
+
+        def set(self):
+            self.done.set()
+
+        def wait(self, _timeout):
+            if self.left == 0:
+                return self.done.wait(30)
+            self.left -= 1
+            return False  # one second "passed", whether or not the reply has come
+
+    def set_seconds(n):
+        fake = type("threading", (), {"Event": lambda: Seconds(n), "Thread": threading.Thread})
+        monkeypatch.setattr(lesson, "threading", fake)
+
+    return set_seconds
+
+
+class TerminalText:
+    """A text stream that says it is a terminal (the stderr of `python3 script > log`)."""
+
+    encoding = "utf-8"
+
+    def __init__(self, tty=True):
+        self.tty, self.text = tty, []
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        self.text.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+    def getvalue(self):
+        return "".join(self.text)
+
+
+def screen(written):
+    """What a terminal shows after `written`: \r goes back to column 0 and later text overwrites
+    earlier text; wide characters (and ambiguous ones, wide on CJK terminals) take two columns."""
+    rows = []
+    for line in written.split("\n"):
+        cells, column = [], 0
+        for char in line:
+            if char == "\r":
+                column = 0
+                continue
+            width = 2 if unicodedata.east_asian_width(char) in "WFA" else 1
+            cells += [" "] * (column + width - len(cells))
+            cells[column : column + width] = [char] + [""] * (width - 1)
+            column += width
+        rows.append("".join(cells).rstrip())
+    return "\n".join(rows).strip()
+
+
+@pytest.fixture
+def run_watched(provider, monkeypatch):
+    """main() in-process with stderr on `terminal`; returns (code, stdout, what stderr got)."""
+
+    def run(terminal, *replies, **variables):
+        provider.script(*replies)
+        answer = io.StringIO()
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, "stdout", answer)
+            patch.setattr(sys, "stderr", terminal)
+            code = lesson.main([], {**online(provider), **variables})
+        return code, answer.getvalue(), terminal.getvalue()
+
+    return run
+
+
+def test_on_a_terminal_the_wait_is_shown_and_leaves_nothing_on_the_screen(
+    run_watched, seconds_per_request
+):
+    seconds_per_request(3)
+    code, out, err = run_watched(TerminalText(), ARTICLE_TOOL_TURN, ARTICLE_FINAL)
+    assert (code, out.splitlines()) == (0, ARTICLE_LINES)  # the status never reaches stdout
+    statuses = [text for text in re.findall(r"\r([^\r\n]*)", err) if text.strip()]
+    assert [re.findall(r"\d+", text)[:1] for text in statuses] == [["1"], ["2"], ["3"]] * 2, err
+    assert "\n" not in err and screen(err) == "", repr(err)
+
+
+def test_on_a_terminal_the_report_after_a_wait_stands_alone(run_watched, seconds_per_request):
+    seconds_per_request(12)
+    bad = Reply(status=400, json={"error": {"message": "bad second turn"}})
+    code, _, err = run_watched(TerminalText(), ARTICLE_TOOL_TURN, bad)
+    report = screen(err).splitlines()
+    assert (code, len(report)) == (3, 2), repr(err)
+    assert report[0].startswith("[Provider] step 2: HTTP 400：bad second turn"), report
+
+
+@pytest.mark.parametrize(
+    ("tty", "variables"),
+    [
+        pytest.param(False, {}, id="not-a-terminal"),
+        pytest.param(True, {"TERM": "dumb"}, id="dumb-terminal"),
+    ],
+)
+def test_off_a_terminal_the_wait_is_a_plain_line_every_10_seconds(
+    run_watched, seconds_per_request, tty, variables
+):
+    seconds_per_request(12)  # each of the two requests waits 12 s: one line each
+    code, out, err = run_watched(TerminalText(tty), ARTICLE_TOOL_TURN, ARTICLE_FINAL, **variables)
+    lines = err.splitlines()
+    assert (code, out.splitlines(), "\r" in err) == (0, ARTICLE_LINES, False), repr(err)
+    assert [re.findall(r"\d+", line)[:1] for line in lines] == [["10"], ["10"]], lines
+
+
+def test_a_reply_in_the_first_second_writes_nothing_about_waiting(run_watched, seconds_per_request):
+    seconds_per_request(0)
+    code, out, err = run_watched(TerminalText(), ARTICLE_TOOL_TURN, ARTICLE_FINAL)
+    assert (code, out.splitlines(), err) == (0, ARTICLE_LINES, "")
