@@ -1,244 +1,747 @@
-"""Issue 29: a call written as text is an order for an offered tool, in any template's syntax.
+"""Issue 29: a call written as text is an order for an offered tool, in any chat template's syntax.
 
-The syntaxes below are taken from the raw model outputs that inference engines' tool-call
-parsers read (the parser named beside each family); the strings are ours, with the lesson's
-call multiply(a=248, b=15). Each family is refused alone, after a line of prose and, where
-the family has a parallel form, with two calls. The near misses are answers and must print.
+When a server does not parse the model's tool call, the call arrives as `message.content` with
+finish_reason=stop. The rule (part 3, banner 回复是不是回答: reject_call_written_as_text, called
+by final_answer) refuses it: AgentStop, link Provider, exit 1, nothing executed, nothing printed.
+
+The corpus: the raw model outputs that the tool-call parser tests of vLLM, SGLang and llama.cpp
+feed their parsers, one family per syntax. The syntax is theirs (the file is named beside each
+family); the strings are ours, with the lesson's call multiply(a=248, b=15). Each family is
+refused alone, after a line of prose and, where the family has a parallel form, with two calls.
+Then the near misses: answers that name the tool, quote a tag, show a table or code, and must
+print. Every corpus reply goes through run_agent() (part 2's FakeClient, the real read_reply
+gate), so "refused" means the loop stopped with nothing run and "prints" means run_agent returned
+the answer; a few go through main() too (exit 1 / exit 0 and the Agent> line). The property tests
+call final_answer(), the check run_agent makes, for speed.
 """
 
+from __future__ import annotations
+
+import contextlib
+import io
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import lesson_03_tool_calling_loop as lesson
+from lesson_03_tool_calling_loop import AgentStop, RequestFailed, fake_response
+from tests.provider_server import completion, recording
+from tests.runs import run_in_process
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
+QUESTION = [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
+
+
+# ---- how a reply is judged: one turn of run_agent ---------------------------------------------
+
+
+@dataclass
+class Turn:
+    outcome: object  # the answer run_agent returned, or the AgentStop it raised
+    requests: int
+    messages: list
+    lines: list
+
+    @property
+    def printed(self) -> bool:
+        return isinstance(self.outcome, str)
+
+
+def turn(content: str, question: str = lesson.DEFAULT_QUESTION, *more: dict) -> Turn:
+    """run_agent with one finish_reason=stop reply whose content is `content` (then `more`, and a
+    plain answer in case the loop wrongly asked again)."""
+    client = lesson.FakeClient(
+        *more, fake_response("stop", content=content), fake_response("stop", content="3720")
+    )
+    messages: list = []
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        try:
+            outcome = lesson.run_agent(client, "fake-model", question, messages)
+        except AgentStop as stop:
+            outcome = stop
+    return Turn(outcome, len(client.requests), messages, printed.getvalue().splitlines())
+
+
+def written_call_hint() -> str | None:
+    """The hint the rule gives, read from the rule itself, so that a written call's stop can be
+    told from the other Provider stops (finish_reason, a bad reply) without quoting its words."""
+    try:
+        lesson.reject_call_written_as_text("<|python_tag|>[multiply(a=248, b=15)]")
+    except AgentStop as stop:
+        return stop.hint
+    return None
+
+
+def assert_refused(content: str, **turn_args) -> None:
+    result = turn(content, **turn_args)
+    stop = result.outcome
+    assert isinstance(stop, AgentStop), f"printed as the answer: {content!r}"
+    assert not isinstance(stop, RequestFailed)
+    assert (stop.link, stop.exit_code, stop.step) == ("Provider", 1, 1)
+    assert stop.hint == written_call_hint() is not None, stop.reason
+    # what the model wrote is quoted (after the reasoning, which is never printed)
+    assert lesson.clip(lesson.without_reasoning(content), 120) in stop.reason
+    # nothing ran, nothing was asked again, the refused reply is not in the history
+    assert result.requests == 1 and result.messages == QUESTION
+    assert result.lines == ["step 1: finish_reason=stop"]
+
+
+def assert_prints(content: str, **turn_args) -> None:
+    result = turn(content, **turn_args)
+    assert result.printed, f"refused: {content!r}: {getattr(result.outcome, 'reason', '')}"
+    assert result.outcome == lesson.without_reasoning(content)
+    assert result.messages[-1] == {"role": "assistant", "content": content}
+    assert result.requests == 1
+
+
+# ---- the families -------------------------------------------------------------------------------
+# The lesson's call in each syntax: one call, and two calls where the family has a parallel form.
+# J/P: the JSON call with "arguments" or "parameters"; J2/P2: a second call; ARGS: the object.
+
 J = '{"name": "multiply", "arguments": {"a": 248, "b": 15}}'
 J2 = '{"name": "multiply", "arguments": {"a": 6, "b": 7}}'
 P = '{"name": "multiply", "parameters": {"a": 248, "b": 15}}'
+P2 = '{"name": "multiply", "parameters": {"a": 6, "b": 7}}'
 ARGS = '{"a": 248, "b": 15}'
+ARGS2 = '{"a": 6, "b": 7}'
+QWEN3_CODER = (
+    "<tool_call>\n<function=multiply>\n<parameter=a>\n248\n</parameter>\n"
+    "<parameter=b>\n15\n</parameter>\n</function>\n</tool_call>"
+)
+GLM = (
+    "<tool_call>multiply\n<arg_key>a</arg_key>\n<arg_value>248</arg_value>\n"
+    "<arg_key>b</arg_key>\n<arg_value>15</arg_value>\n</tool_call>"
+)
+MINIMAX_M2 = (
+    '<invoke name="multiply">\n<parameter name="a">248</parameter>\n'
+    '<parameter name="b">15</parameter>\n</invoke>'
+)
+DSML = (
+    '<｜DSML｜invoke name="multiply">\n<｜DSML｜parameter name="a" string="false">248'
+    '</｜DSML｜parameter>\n<｜DSML｜parameter name="b" string="false">15</｜DSML｜parameter>\n'
+    "</｜DSML｜invoke>"
+)
+STEP3 = (
+    '<｜tool_call_begin｜><steptml:invoke name="multiply"><steptml:parameter name="a">248'
+    '</steptml:parameter><steptml:parameter name="b">15</steptml:parameter></steptml:invoke>'
+    "<｜tool_call_end｜>"
+)
+KIMI = (
+    "<|tool_call_begin|>functions.multiply:{n}<|tool_call_argument_begin|>{args}<|tool_call_end|>"
+)
+DEEPSEEK_R1 = (
+    "<｜tool▁call▁begin｜>function<｜tool▁sep｜>multiply\n```json\n{args}\n```<｜tool▁call▁end｜>"
+)
+DEEPSEEK_V31 = "<｜tool▁call▁begin｜>multiply<｜tool▁sep｜>{args}<｜tool▁call▁end｜>"
+SEED = (
+    "<seed:tool_call>\n<function=multiply>\n<parameter=a>248</parameter>\n"
+    "<parameter=b>15</parameter>\n</function>\n</seed:tool_call>"
+)
+HARMONY = "<|channel|>commentary to=functions.multiply <|constrain|>json<|message|>{args}<|call|>"
+GEMMA4 = "<|tool_call>call:multiply{{a:{a},b:{b}}}<tool_call|>"
+FUNCTION_GEMMA = (
+    "<start_function_call>call:multiply{{a:<escape>{a}<escape>,b:<escape>{b}<escape>}}"
+    "<end_function_call>"
+)
+COHERE = '{{"tool_call_id": "{n}", "tool_name": "multiply", "parameters": {args}}}'
 
-# (family, one call, two calls or None); the parser it comes from is named above each row
-# (vllm ... = vllm/entrypoints/openai/tool_parsers)
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    one: str
+    two: str | None = None
+
+
 FAMILIES = [
-    # vllm .../tool_parsers/hermes_tool_parser.py; llama.cpp common/chat.cpp (Hermes 2 Pro)
-    (
-        "Hermes / Qwen2.5 / Qwen3",
+    # llama.cpp tests/test-chat.cpp (Hermes 2 Pro, Hermes 3, Qwen2.5, MiMo-VL);
+    # vLLM tests/entrypoints/openai/tool_parsers/test_hermes_tool_parser.py;
+    # SGLang test/srt/test_function_call_parser.py (Qwen25Detector)
+    Family(
+        "Hermes / Qwen2.5 <tool_call>",
         f"<tool_call>\n{J}\n</tool_call>",
         f"<tool_call>\n{J}\n</tool_call>\n<tool_call>\n{J2}\n</tool_call>",
     ),
-    # vllm .../qwen3coder_tool_parser.py
-    (
-        "Qwen3-Coder",
-        "<tool_call>\n<function=multiply>\n<parameter=a>\n248\n</parameter>\n"
-        "<parameter=b>\n15\n</parameter>\n</function>\n</tool_call>",
-        None,
+    # vLLM tests/tool_parsers/test_ernie45_moe_tool_parser.py: Hermes tags after </think>
+    Family(
+        "ERNIE 4.5 <tool_call> after reasoning",
+        f"要调用工具。\n</think>\n\n<tool_call>\n{J}\n</tool_call>\n",
+        f"要调用工具。\n</think>\n\n<tool_call>\n{J}\n</tool_call>\n<tool_call>\n{J2}\n</tool_call>\n",
     ),
-    # vllm .../llama_tool_parser.py (JSON), llama.cpp common/chat.cpp (Llama 3.x)
-    ("Llama 3.x JSON", P, f"{P}; {P}"),
-    ("Llama 3.2 JSON then a sentence", f"{P} 这样就能算出结果。", None),
-    ("Llama 3.1 python_tag", f"<|python_tag|>{P}", None),
-    # vllm .../pythonic_tool_parser.py (Llama 4, Llama 3.2 pythonic)
-    ("pythonic", "[multiply(a=248, b=15)]", "[multiply(a=248, b=15), multiply(a=6, b=7)]"),
-    # vllm .../mistral_tool_parser.py
-    ("Mistral v3", f"[TOOL_CALLS][{J}]", f"[TOOL_CALLS][{J}, {J2}]"),
-    ("Mistral v11", f"[TOOL_CALLS]multiply[ARGS]{ARGS}", None),
-    # vllm .../deepseekv3_tool_parser.py
-    (
-        "DeepSeek V3",
-        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>multiply\n"
-        f"```json\n{ARGS}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-        None,
+    # vLLM tests/tool_use/test_qwen3coder_tool_parser.py; llama.cpp tests/test-chat.cpp
+    # (Qwen3-Coder, Qwen3.5, NVIDIA Nemotron-3 Nano, StepFun3.5-Flash)
+    Family("Qwen3-Coder <function=><parameter=>", QWEN3_CODER, f"{QWEN3_CODER}\n{QWEN3_CODER}"),
+    # vLLM tests/entrypoints/openai/tool_parsers/test_llama3_json_tool_parser.py
+    Family("Llama 3.x JSON", P, f"{P}; {P2}"),
+    Family(
+        "Llama 3.x JSON inside prose",  # same file: "Here is the result: {...} Would you like..."
+        f"Here is the result: {P} Would you like to know more?",
+        f"Here are the results: {P}; {P2} Would you like to know more?",
     ),
-    # vllm .../deepseekv31_tool_parser.py
-    (
-        "DeepSeek V3.1",
-        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>multiply<｜tool▁sep｜>"
-        f"{ARGS}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-        None,
+    # SGLang test/srt/test_function_call_parser.py (TestLlama32Detector): JSON then a sentence
+    Family("Llama 3.2 JSON then a sentence", f"{P} 这样就能算出 248 乘以 15。"),
+    # SGLang test/srt/test_function_call_parser.py (TestLlama32Detector, python_tag and ';')
+    Family("Llama 3.1 <|python_tag|>", f"<|python_tag|>{P}", f"<|python_tag|>{P};{P2}"),
+    # vLLM tests/entrypoints/openai/tool_parsers/test_pythonic_tool_parser.py (Llama 3.2);
+    # SGLang test/srt/test_function_call_parser.py (TestPythonicDetector)
+    Family(
+        "pythonic [multiply(a=248, b=15)]",
+        "[multiply(a=248, b=15)]",
+        "[multiply(a=248, b=15), multiply(a=6, b=7)]",
     ),
-    # vllm .../kimi_k2_tool_parser.py
-    (
-        "Kimi K2",
-        "<|tool_calls_section_begin|><|tool_call_begin|>functions.multiply:0"
-        f"<|tool_call_argument_begin|>{ARGS}<|tool_call_end|><|tool_calls_section_end|>",
-        None,
+    # SGLang test/srt/test_function_call_parser.py (<|python_start|> ... <|python_end|>, Llama 4)
+    Family(
+        "Llama 4 <|python_start|>",
+        "<|python_start|>[multiply(a=248, b=15)]<|python_end|>",
+        "<|python_start|>[multiply(a=248, b=15), multiply(a=6, b=7)]<|python_end|>",
     ),
-    # vllm .../glm4_moe_tool_parser.py
-    (
-        "GLM-4.5",
-        "<tool_call>multiply\n<arg_key>a</arg_key>\n<arg_value>248</arg_value>\n"
-        "<arg_key>b</arg_key>\n<arg_value>15</arg_value>\n</tool_call>",
-        None,
+    # vLLM tests/tool_use/test_mistral_tool_parser.py; llama.cpp tests/test-chat.cpp (Nemo)
+    Family("Mistral [TOOL_CALLS] list", f"[TOOL_CALLS][{J}]", f"[TOOL_CALLS][{J}, {J2}]"),
+    Family(  # same vLLM file, "argument_before_name"
+        "Mistral [TOOL_CALLS] arguments before name",
+        '[TOOL_CALLS] [{"arguments": {"a": 248, "b": 15}, "name": "multiply"}]',
     ),
-    # vllm .../minimax_tool_parser.py (M1); also Jamba, Hunyuan use a <tool_calls> list
-    (
-        "MiniMax-M1",
-        f"<tool_calls>\n[{J}]\n</tool_calls>",
-        f"<tool_calls>\n[{J}, {J2}]\n</tool_calls>",
+    Family(  # same vLLM file, v11 tokenizer
+        "Mistral v11 [TOOL_CALLS]name{...}",
+        f"[TOOL_CALLS]multiply{ARGS}",
+        f"[TOOL_CALLS]multiply{ARGS}[TOOL_CALLS]multiply{ARGS2}",
     ),
-    # vllm .../minimax_m2_tool_parser.py
-    (
-        "MiniMax-M2",
-        '<minimax:tool_call>\n<invoke name="multiply">\n<parameter name="a">248'
-        '</parameter>\n<parameter name="b">15</parameter>\n</invoke>\n</minimax:tool_call>',
-        None,
+    # llama.cpp tests/test-chat.cpp (Mistral Small 3.2, Devstral, Ministral 3)
+    Family(
+        "Mistral Small 3.2 [CALL_ID][ARGS]",
+        f"[TOOL_CALLS]multiply[CALL_ID]123456789[ARGS]{ARGS}",
+        f"[TOOL_CALLS]multiply[ARGS]{ARGS}[TOOL_CALLS]multiply[ARGS]{ARGS2}",
     ),
-    # vllm .../granite_tool_parser.py
-    ("Granite", f"<|tool_call|>[{J}]", f"<|tool_call|>[{J}, {J2}]"),
-    # vllm .../phi4mini_tool_parser.py; FireFunction v2 in llama.cpp common/chat.cpp
-    ("Phi-4-mini / FireFunction", f"functools[{J}]", f"functools[{J}, {J2}]"),
-    # llama.cpp common/chat.cpp (Functionary v3.1 Llama 3.1, Functionary v3.2)
-    ("Functionary v3.1", f"<function=multiply>{ARGS}</function>", None),
-    ("Functionary v3.2", f">>>multiply\n{ARGS}", f">>>multiply\n{ARGS}\n>>>multiply\n{ARGS}"),
-    # llama.cpp common/chat.cpp (Command R7B); Command R+ writes Action: and a fenced list
-    (
-        "Command R+",
-        'Action: ```json\n[{"tool_name": "multiply", "parameters": {"a": 248, "b": 15}}]\n```',
-        None,
+    # llama.cpp tests/test-chat.cpp (DeepSeek R1 templates);
+    # vLLM tests/entrypoints/openai/tool_parsers/test_deepseekv3_tool_parser.py
+    Family(
+        "DeepSeek V3 / R1 <｜tool▁calls▁begin｜>",
+        f"<｜tool▁calls▁begin｜>{DEEPSEEK_R1.format(args=ARGS)}<｜tool▁calls▁end｜>",
+        f"<｜tool▁calls▁begin｜>{DEEPSEEK_R1.format(args=ARGS)}"
+        f"{DEEPSEEK_R1.format(args=ARGS2)}<｜tool▁calls▁end｜>",
     ),
-    # Gemma: a tool_code fence around a Python call
-    ("Gemma tool_code", "```tool_code\nprint(multiply(a=248, b=15))\n```", None),
-    # xLAM (vllm .../xlam_tool_parser.py): a JSON list in a fence after prose
-    ("xLAM", f"我来调用工具。\n```json\n[{J}]\n```", None),
-    ("function_call tag", f"<function_call> {J}", None),
-    ("function_calls tag", "<function_calls>multiply(a=248, b=15)</function_calls>", None),
-    ("TOOLCALL (Nemotron)", f"<TOOLCALL>[{J}]</TOOLCALL>", None),
-    # vllm .../openai_tool_parser.py (gpt-oss, Harmony)
-    (
-        "gpt-oss Harmony",
-        f"<|channel|>commentary to=functions.multiply <|constrain|>json<|message|>{ARGS}<|call|>",
-        None,
+    # llama.cpp tests/test-chat.cpp (DeepSeek V3.1);
+    # vLLM tests/tool_use/test_deepseekv31_tool_parser.py
+    Family(
+        "DeepSeek V3.1 <｜tool▁sep｜>{...}",
+        f"<｜tool▁calls▁begin｜>{DEEPSEEK_V31.format(args=ARGS)}<｜tool▁calls▁end｜>",
+        f"<｜tool▁calls▁begin｜>{DEEPSEEK_V31.format(args=ARGS)}"
+        f"{DEEPSEEK_V31.format(args=ARGS2)}<｜tool▁calls▁end｜>",
     ),
-    # vllm .../seed_oss_tool_parser.py
-    (
-        "Seed-OSS",
-        "<seed:tool_call>\n<function=multiply>\n<parameter=a>248</parameter>\n"
-        "<parameter=b>15</parameter>\n</function>\n</seed:tool_call>",
-        None,
+    # vLLM tests/tool_use/test_deepseek_v32_tool_parser.py (DSML)
+    Family(
+        "DeepSeek V3.2 DSML",
+        f"<｜DSML｜function_calls>\n{DSML}\n</｜DSML｜function_calls>",
+        f"<｜DSML｜function_calls>\n{DSML}\n{DSML}\n</｜DSML｜function_calls>",
     ),
-    # Apriel (vllm .../apriel_tool_parser.py style): a tool_calls list after a tag
-    ("Apriel", f"<tool_calls>[{J}]</tool_calls>", None),
+    # llama.cpp tests/test-chat.cpp (Kimi-K2, Kimi-K2-Instruct, Kimi-K2-Thinking);
+    # SGLang test/srt/test_function_call_parser.py (TestKimiK2Detector)
+    Family(
+        "Kimi K2 <|tool_calls_section_begin|>",
+        f"<|tool_calls_section_begin|>{KIMI.format(n=0, args=ARGS)}<|tool_calls_section_end|>",
+        f"<|tool_calls_section_begin|>{KIMI.format(n=0, args=ARGS)}"
+        f"{KIMI.format(n=1, args=ARGS2)}<|tool_calls_section_end|>",
+    ),
+    # llama.cpp tests/test-chat.cpp (GLM-4.6, GLM-4.7-Flash);
+    # vLLM tests/tool_use/test_glm4_moe_tool_parser.py
+    Family("GLM-4.5 <arg_key>/<arg_value>", GLM, GLM + GLM.replace("248", "6").replace("15", "7")),
+    Family(
+        "GLM-4.7 <arg_key> without newlines",
+        GLM.replace("\n", ""),
+        (GLM + GLM).replace("\n", ""),
+    ),
+    # vLLM tests/tool_use/test_minimax_tool_parser.py (MiniMax-M1: one JSON object a line)
+    Family(
+        "MiniMax-M1 <tool_calls> lines",
+        f"<tool_calls>\n{J}\n</tool_calls>",
+        f"<tool_calls>\n{J}\n{J2}\n</tool_calls>",
+    ),
+    # llama.cpp tests/test-chat.cpp (MiniMax-M2); vLLM tests/tool_use/test_minimax_m2_tool_parser.py
+    Family(
+        "MiniMax-M2 <minimax:tool_call><invoke>",
+        f"<minimax:tool_call>\n{MINIMAX_M2}\n</minimax:tool_call>",
+        f"<minimax:tool_call>\n{MINIMAX_M2}\n{MINIMAX_M2}\n</minimax:tool_call>",
+    ),
+    # vLLM tests/tool_use/test_jamba_tool_parser.py
+    Family(
+        "Jamba <tool_calls>[...]",
+        f" <tool_calls>[\n    {J}\n]</tool_calls>",
+        f" <tool_calls>[\n    {J},\n    {J2}\n]</tool_calls>",
+    ),
+    # vLLM tests/entrypoints/openai/tool_parsers/test_hunyuan_a13b_tool_parser.py
+    Family(
+        "Hunyuan A13B <tool_calls>[...]",
+        f"<tool_calls>[{J}]</tool_calls>",
+        f"<tool_calls>[{J}, {J2}]</tool_calls>",
+    ),
+    # llama.cpp tests/test-chat.cpp (Apriel 1.5; Apriel 1.6 after [BEGIN FINAL RESPONSE])
+    Family("Apriel <tool_calls>", f"<tool_calls>[{J}]</tool_calls>"),
+    Family(
+        "Apriel 1.6 after [BEGIN FINAL RESPONSE]",
+        f"要算乘法。\n[BEGIN FINAL RESPONSE]\n<tool_calls>[{J}]</tool_calls>",
+    ),
+    # vLLM tests/entrypoints/openai/tool_parsers/test_granite_tool_parser.py (3.0 token, 3.1 tag)
+    Family(
+        "Granite 3.0 <|tool_call|>", f"<|tool_call|> [{J}]", f"<|tool_call|> [\n  {J},\n  {J2}\n]"
+    ),
+    Family("Granite 3.1 <tool_call> [...]", f"<tool_call> [{J}]", f"<tool_call> [{J}, {J2}]"),
+    # vLLM tests/entrypoints/openai/tool_parsers/test_granite_20b_fc_tool_parser.py
+    Family(
+        "Granite 20B FC <function_call>",
+        f"<function_call> {J}",
+        f"<function_call> {J}\n<function_call> {J2}",
+    ),
+    # vLLM tests/entrypoints/openai/tool_parsers/test_internlm2_tool_parser.py (no parallel form)
+    Family("InternLM2 <|action_start|><|plugin|>", f"<|action_start|><|plugin|>{P}<|action_end|>"),
+    # vLLM tests/entrypoints/openai/tool_parsers/test_phi4mini_tool_parser.py
+    Family("Phi-4-mini functools[...]", f"functools[{J}]", f"functools[\n  {J},\n  {J2}\n]"),
+    # llama.cpp tests/test-chat.cpp (FireFunction v2: a space, then functools)
+    Family("FireFunction v2 functools[...]", f" functools[{J}]", f" functools[{J}, {J2}]"),
+    # llama.cpp tests/test-chat.cpp (meetkai functionary-medium v3.1)
+    Family(
+        "Functionary v3.1 <function=multiply>",
+        f"<function=multiply>{ARGS}</function>",
+        f"<function=multiply>{ARGS}</function><function=multiply>{ARGS2}</function>",
+    ),
+    # llama.cpp tests/test-chat.cpp (meetkai functionary-medium v3.2: recipient lines)
+    Family(
+        "Functionary v3.2 >>>multiply",
+        f">>>multiply\n{ARGS}",
+        f">>>all\n我来算。\n>>>multiply\n{ARGS}\n>>>multiply\n{ARGS2}",
+    ),
+    # llama.cpp tests/test-chat.cpp (CohereForAI c4ai-command-r-plus tool_use: Action: + fence)
+    Family(
+        "Command R+ Action: ```json",
+        'Action:\n```json\n[{"tool_name": "multiply", "parameters": {"a": 248, "b": 15}}]\n```',
+        'Action:\n```json\n[{"tool_name": "multiply", "parameters": {"a": 248, "b": 15}}, '
+        '{"tool_name": "multiply", "parameters": {"a": 6, "b": 7}}]\n```',
+    ),
+    # llama.cpp tests/test-chat.cpp (CohereForAI c4ai-command-r7b)
+    Family(
+        "Command R7B <|START_ACTION|>",
+        f"<|START_ACTION|>[\n    {COHERE.format(n=0, args=ARGS)}\n]<|END_ACTION|>",
+        f"<|START_ACTION|>[\n    {COHERE.format(n=0, args=ARGS)},\n"
+        f"    {COHERE.format(n=1, args=ARGS2)}\n]<|END_ACTION|>",
+    ),
+    # Gemma 3 has no tool tokens; Google's function-calling guide
+    # (https://ai.google.dev/gemma/docs/capabilities/function-calling) asks for a tool_code fence
+    # or a pythonic list
+    Family(
+        "Gemma 3 ```tool_code print(...)",
+        "```tool_code\nprint(multiply(a=248, b=15))\n```",
+        "```tool_code\nprint(multiply(a=248, b=15))\nprint(multiply(a=6, b=7))\n```",
+    ),
+    # vLLM tests/tool_parsers/test_gemma4_tool_parser.py
+    Family(
+        "Gemma 4 <|tool_call>call:multiply{...}",
+        GEMMA4.format(a=248, b=15),
+        GEMMA4.format(a=248, b=15) + GEMMA4.format(a=6, b=7),
+    ),
+    # vLLM tests/entrypoints/openai/tool_parsers/test_xlam_tool_parser.py (or tests/tool_use/)
+    Family("xLAM JSON list", f"[{J}]", f"[{J}, {J2}]"),
+    Family(
+        "xLAM ```json fence after prose",
+        f"I'll help you with that.\n```json\n[{J}]\n```",
+        f"I'll help you with that.\n```json\n[{J}, {J2}]\n```",
+    ),
+    Family("xLAM [TOOL_CALLS] after prose", f"I'll check that for you.[TOOL_CALLS][{J}]"),
+    # llama.cpp tests/test-chat.cpp (NVIDIA-Nemotron-Nano-v2)
+    Family(
+        "Nemotron Nano v2 <TOOLCALL>",
+        f"<TOOLCALL>[{J}]</TOOLCALL>",
+        f"<TOOLCALL>[{J}, {J2}]</TOOLCALL>",
+    ),
+    # vLLM tests/entrypoints/openai/tool_parsers/test_olmo3_tool_parser.py
+    Family(
+        "Olmo 3 <function_calls>",
+        "<function_calls>multiply(a=248, b=15)</function_calls>",
+        "<function_calls>multiply(a=248, b=15)\nmultiply(a=6, b=7)</function_calls>",
+    ),
+    # llama.cpp tests/test-chat.cpp (openai-gpt-oss-120b);
+    # vLLM tests/entrypoints/openai/tool_parsers/test_openai_tool_parser.py
+    Family(
+        "gpt-oss Harmony commentary to=functions.multiply",
+        HARMONY.format(args=ARGS),
+        f"{HARMONY.format(args=ARGS)}<|start|>assistant{HARMONY.format(args=ARGS2)}",
+    ),
+    Family(
+        "gpt-oss Harmony recipient in the role header",
+        f" to=functions.multiply<|channel|>analysis<|message|>{ARGS}",
+    ),
+    # llama.cpp tests/test-chat.cpp (ByteDance-Seed-OSS);
+    # vLLM tests/tool_use/test_seed_oss_tool_parser.py
+    Family("Seed-OSS <seed:tool_call>", SEED, f"{SEED}\n{SEED}"),
+    # vLLM tests/entrypoints/openai/tool_parsers/test_step3_tool_parser.py
+    Family(
+        "Step-3 <steptml:invoke>",
+        f"<｜tool_calls_begin｜>{STEP3}<｜tool_calls_end｜>",
+        f"<｜tool_calls_begin｜>{STEP3}<｜tool_sep｜>{STEP3}<｜tool_calls_end｜>",
+    ),
+    # vLLM tests/entrypoints/openai/tool_parsers/test_longcat_tool_parser.py
+    Family(
+        "LongCat <longcat_tool_call>",
+        f"<longcat_tool_call>{J}</longcat_tool_call>",
+        f"<longcat_tool_call>{J}</longcat_tool_call>\n<longcat_tool_call>{J2}</longcat_tool_call>",
+    ),
+    # llama.cpp tests/test-chat.cpp (LFM2-8B-A1B)
+    Family(
+        "LFM2 <|tool_call_start|>[...]",
+        "<|tool_call_start|>[multiply(a=248, b=15)]<|tool_call_end|>",
+        "<|tool_call_start|>[multiply(a=248, b=15), multiply(a=6, b=7)]<|tool_call_end|>",
+    ),
+    # llama.cpp tests/test-chat.cpp (Apertus-8B-Instruct: the function name as the key)
+    Family(
+        "Apertus <|tools_prefix|>",
+        f'<|tools_prefix|>[{{"multiply": {ARGS}}}]<|tools_suffix|>',
+        f'<|tools_prefix|>[{{"multiply": {ARGS}}}, {{"multiply": {ARGS2}}}]<|tools_suffix|>',
+    ),
+    # llama.cpp tests/test-chat.cpp (GigaChat3, GigaChat3.1)
+    Family(
+        "GigaChat 3 function call<|role_sep|>", f"<|message_sep|>\n\nfunction call<|role_sep|>\n{J}"
+    ),
+    Family("GigaChat 3.1 <|function_call|>", f"<|function_call|>{J}"),
+    # tests/recordings/01 (llama-server, Qwen2.5-Coder, no tool template): a fenced JSON call
+    Family("Qwen2.5-Coder ```json fence", f"```json\n{J}\n```"),
 ]
-PROSE = "好的，我来帮你计算。\n"
-CASES = [(f"{name}: alone", one) for name, one, _ in FAMILIES]
-CASES += [(f"{name}: after prose", PROSE + one) for name, one, _ in FAMILIES]
-CASES += [(f"{name}: two calls", two) for name, _, two in FAMILIES if two]
 
-# Decided here (REFERENCE explains why): refused although they look like answers
-JUDGEMENT_CALLS = [
-    (
-        "a call with a result the model made up",
-        '{"name":"multiply","arguments":{"a":248,"b":15},"result":3720}',
+PROSE = "好的，我来调用工具计算 248 乘以 15。\n"
+CASES = [pytest.param(f.one, id=f"{f.name}: alone") for f in FAMILIES]
+CASES += [pytest.param(PROSE + f.one, id=f"{f.name}: after prose") for f in FAMILIES]
+CASES += [pytest.param(f.two, id=f"{f.name}: two calls") for f in FAMILIES if f.two]
+
+
+@pytest.mark.parametrize("content", CASES)
+def test_every_familys_call_written_as_text_is_refused(content):
+    assert_refused(content)
+
+
+# Found while building the corpus: a family the rule lets through. FunctionGemma writes every
+# value between <escape> markers (vLLM tests/tool_parsers/test_functiongemma_tool_parser.py), so
+# neither `a:248` nor a tag naming `a` appears, and <escape> is no <|…|> token: the reply prints.
+@pytest.mark.parametrize(
+    "content",
+    [
+        FUNCTION_GEMMA.format(a=248, b=15),
+        "Let me check that for you. " + FUNCTION_GEMMA.format(a=248, b=15),
+        FUNCTION_GEMMA.format(a=248, b=15) + FUNCTION_GEMMA.format(a=6, b=7),
+    ],
+    ids=["alone", "after prose", "two calls"],
+)
+def test_a_functiongemma_call_written_as_text_is_refused(content):
+    assert_refused(content)
+
+
+# ---- judgement calls (decided by the lead; REFERENCE says which way) ----------------------------
+# A reply that is both an answer and an order is refused: printing an order is the danger.
+
+JUDGEMENT_REFUSED = {
+    # a call object that also carries a result the model made up: still a call
+    "a call with a made-up result": (
+        '{"name":"multiply","arguments":{"a":248,"b":15},"result":3720}'
     ),
-    ("an example in a fenced block", f"示例如下：\n```json\n{J}\n```"),
-    ("a trailing control token", "248 乘以 15 等于 3720。<|im_end|>"),
-]
-
-NEAR_MISSES = [
-    "248 乘以 15 等于 3720。",
-    "The result of multiplying 248 by 15 is 3720.",
-    "我用 multiply 工具算出 248 × 15 = 3720。",
-    "multiply 返回了 3720，所以答案是 3720。",
-    '{"result": 3720}',
-    '{"answer": 3720, "question": "248 乘以 15"}',
-    "| a | b | 积 |\n|---|---|---|\n| 248 | 15 | 3720 |",
-    "```python\nprint(248 * 15)\n```\n结果是 3720。",
-    "```python\na = 248\nb = 15\nprint(a * b)\n```",
-    "`<tool_call>` 是 Qwen 模板里包住调用的标签，例如 "
-    '`<tool_call>{"name": "multiply", "arguments": {"a": 2, "b": 3}}</tool_call>`。',
-    "在 Python 里写 `multiply(a=248, b=15)` 就能得到 3720。",
-    "multiply(248, 15) = 3720",
-    "a = 248, b = 15, 所以结果是 3720。",
-    "先把 a 设为 248，b 设为 15，相乘得到 3720。",
-    '{"name": "multiply", "description": "Multiply two integers", "parameters": '
-    '{"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}',
-    "答案：3720（248 × 15）。",
-    "Sure! 248 times 15 equals 3,720.",
-    "3720 is the result of multiplying 248 by 15.",
-    "你好！有什么我可以帮忙的吗？",
-    "步骤：\n1. 248 × 10 = 2480\n2. 248 × 5 = 1240\n3. 2480 + 1240 = 3720",
-    "这个工具叫 multiply，它接受两个整数参数 a 和 b。",
-    "The function name is `multiply` and its arguments are `a` and `b`.",
-    "<think>要不要调用工具？</think>\n248 乘以 15 等于 3720。",
-]
+    # asked for an example, the model wrote one in a fence: the fence holds an order
+    "a call example in a fenced block": f"调用的格式是这样的：\n```json\n{J}\n```",
+    "a keyword call example in a python fence": "```python\nresult = multiply(a=248, b=15)\n```",
+    # a leaked template control token means the server did not apply its template
+    "a trailing <|im_end|>": "248 乘以 15 等于 3720。<|im_end|>",
+    "a trailing <|eot_id|>": "248 × 15 = 3720<|eot_id|>",
+    "a trailing <｜end▁of▁sentence｜>": "248 × 15 = 3720<｜end▁of▁sentence｜>",
+    # issue 29: a keyword call multiply(a=248, b=15) is an order anywhere, beside prose too
+    "a keyword call beside prose": "调用 multiply(a=248, b=15) 得到 3720。",
+}
 
 
-def refused(text: str) -> bool:
-    try:
-        lesson.final_answer(lesson.SimpleNamespace(content=text, refusal=None))
-    except lesson.AgentStop as stop:
-        assert stop.link == lesson.PROVIDER and stop.exit_code == 1
-        return True
-    return False
+@pytest.mark.parametrize("content", JUDGEMENT_REFUSED.values(), ids=JUDGEMENT_REFUSED.keys())
+def test_a_reply_that_is_both_an_answer_and_an_order_is_refused(content):
+    assert_refused(content)
 
 
-@pytest.mark.parametrize("label, text", CASES + JUDGEMENT_CALLS, ids=lambda v: v[:40])
-def test_a_call_written_in_any_templates_syntax_is_refused(label, text):
-    assert refused(text), label
+# ---- near misses: answers, and they print -------------------------------------------------------
+
+TAG_EXPLAINED = (
+    "Qwen 的模板把调用包在 `<tool_call>` 标签里，例如 "
+    '`<tool_call>{"name": "multiply", "arguments": {"a": 248, "b": 15}}</tool_call>`；'
+    "服务端没解析时它就会出现在 content 里。248 乘以 15 等于 3720。"
+)
+SCHEMA_QUOTED = json.dumps(lesson.TOOLS[0]["function"], ensure_ascii=False)
+
+NEAR_MISSES = {
+    "Chinese answer": "248 乘以 15 等于 3720。",
+    "English answer": "248 multiplied by 15 is 3720.",
+    "the recorded 1.5B answer": "3720 is the result of multiplying 248 by 15.",
+    "the tool named in prose": "我用 multiply 算出 3720。",
+    "the tool and its result": "multiply 返回了 3720，所以答案是 3720。",
+    "the tool named in English": "I used the multiply tool; it returned 3720.",
+    "the tool's parameters described": "multiply 工具需要两个参数：a（整数）和 b（整数）。",
+    "the parameters typed, not bound": "multiply takes two parameters, a: int and b: int.",
+    "a = 248, b = 15 without the tool": "a = 248, b = 15, 所以 3720",
+    "a = 248 near the tool across words": "我用 multiply 算了 a=248、b=15，结果 3720。",
+    "the tool, then a = 248 after Chinese words": "用 multiply 计算：a = 248, b = 15，积 3720。",
+    "positional multiply(248, 15) in prose": "multiply(248, 15) = 3720",  # decided: no names
+    "positional in a sentence": "Sure — multiply(248, 15) returns 3720.",
+    "a markdown table": "| a | b | a × b |\n|---|---|---|\n| 248 | 15 | 3720 |",
+    "a table naming the tool": (
+        "| 工具 | a | b | 结果 |\n|---|---|---|---|\n| multiply | 248 | 15 | 3720 |"
+    ),
+    "a python block computing 248 * 15": "```python\nprint(248 * 15)  # 3720\n```",
+    "a python block defining multiply": (
+        "```python\ndef multiply(a, b):\n    return a * b\n\nprint(multiply(248, 15))\n```"
+    ),
+    "a tag explained with an inline example": TAG_EXPLAINED,  # decided: inline code is a quote
+    "an inline keyword call": "在 Python 里写 `multiply(a=248, b=15)` 就得到 3720。",
+    "tags named, no call": "Qwen 用 <tool_call> 标签，Mistral 用 [TOOL_CALLS]；248 × 15 = 3720。",
+    "the tool's result quoted": '工具返回 {"status": "completed", "result": 3720}，即 3720。',
+    "steps": "步骤：\n1. 248 × 10 = 2480\n2. 248 × 5 = 1240\n3. 2480 + 1240 = 3720",
+    "a greeting": "你好！有什么我可以帮忙的吗？",
+    "the schema the harness sent, quoted back": SCHEMA_QUOTED,
+    "a call inside the reasoning only": (
+        "<think>要不要写 multiply(a=248, b=15)？工具已经返回了。</think>\n248 乘以 15 等于 3720。"
+    ),
+    "JSON with the operands but no tool": '{"a": 248, "b": 15, "product": 3720}',
+    "the tool and operands across 'with'": "Using multiply with a=248 and b=15 gives 3720.",
+}
 
 
-@pytest.mark.parametrize("text", NEAR_MISSES, ids=lambda v: v[:40])
-def test_an_answer_that_names_the_tool_or_quotes_a_call_prints(text):
-    assert not refused(text)
+@pytest.mark.parametrize("content", NEAR_MISSES.values(), ids=NEAR_MISSES.keys())
+def test_a_near_miss_is_an_answer_and_prints(content):
+    assert_prints(content)
 
 
-def test_the_corpus_covers_enough_families_and_near_misses():
-    assert len(FAMILIES) >= 25 and len(NEAR_MISSES) >= 20
+@pytest.mark.parametrize(
+    ("question", "content"),
+    [
+        ("用 JSON 回答：248 乘以 15 是多少？键名用 result。", '{"result": 3720}'),
+        ("Answer in JSON: 248 times 15?", '{"question": "248 * 15", "answer": 3720}'),
+        ("Reply with a JSON list of the two factors and the product.", "[248, 15, 3720]"),
+    ],
+)
+def test_json_asked_for_in_the_question_prints(question, content):
+    assert_prints(content, question=question)
 
 
-def test_the_order_rule_comes_from_tools_not_from_the_name_multiply(monkeypatch):
-    # rename the offered tool: its name is an order now, the old one only prose
+# Found while building the corpus: honest answers the rule refuses. Digits and sentence
+# punctuation count as GLUE (the rule needs them for `functions.multiply:0{` and `. `-free
+# templates), so the tool's name, then the result or a full stop, then `a = 248` reads as an order.
+HONEST_BUT_REFUSED = {
+    "the result between the tool and its inputs": "Result of multiply: 3720 (a = 248, b = 15).",
+    "a full stop between the tool and its inputs": "I used multiply. a = 248, b = 15: 3720.",
+    "a positional call, then the operands": "multiply(248, 15) = 3720\na = 248, b = 15",
+}
+
+
+@pytest.mark.parametrize("content", HONEST_BUT_REFUSED.values(), ids=HONEST_BUT_REFUSED.keys())
+def test_an_answer_that_reports_the_result_next_to_its_inputs_prints(content):
+    assert_prints(content)
+
+
+# ---- the rule comes from TOOLS, not from a list of names ---------------------------------------
+
+
+def test_the_order_is_read_from_the_offered_tools(monkeypatch):
     tool = json.loads(json.dumps(lesson.TOOLS[0]))
     tool["function"]["name"] = "times"
+    tool["function"]["parameters"]["properties"] = {"x": {"type": "integer"}}
     monkeypatch.setattr(lesson, "TOOLS", [tool])
-    assert refused("<tool_call>times\n<arg_key>a</arg_key>\n<arg_value>248</arg_value>")
-    assert not refused("<function_calls>multiply(a=248, b=15)</function_calls>")
+    assert_refused("[times(x=248)]")
+    assert_refused("<tool_call>times\n<arg_key>x</arg_key>\n<arg_value>248</arg_value></tool_call>")
+    # multiply is no longer offered: its keyword call is prose now, times(a=...) has no parameter a
+    assert_prints("multiply(a=248, b=15) 是上一课的工具。")
+    assert_prints("times(a=248) 不是它的参数。")
 
 
-def recorded_content(number: str) -> str:
+# ---- the real recordings keep their classification ----------------------------------------------
+
+
+def recorded_body(number: str) -> dict:
     (path,) = RECORDINGS.glob(f"{number}-*.json")
-    body = json.loads(path.read_text(encoding="utf-8"))["response"]["body"]
-    reply = lesson.read_reply([json.dumps(body).encode()])
-    return reply.choices[0].message.content
+    return json.loads(path.read_text(encoding="utf-8"))["response"]["body"]
 
 
 @pytest.mark.parametrize("number", ["01", "02", "12", "13"])
-def test_recorded_calls_written_as_text_are_refused(number):
-    assert refused(recorded_content(number))
+def test_a_recorded_call_written_as_text_is_refused(number):
+    body = recorded_body(number)
+    content = body["choices"][0]["message"]["content"]
+    client = lesson.FakeClient(body, fake_response("stop", content="3720"))
+    messages: list = []
+    with contextlib.redirect_stdout(io.StringIO()), pytest.raises(AgentStop) as stopped:
+        lesson.run_agent(client, "fake-model", lesson.DEFAULT_QUESTION, messages)
+    stop = stopped.value
+    assert (stop.link, stop.exit_code, stop.step) == ("Provider", 1, 1)
+    assert stop.hint == written_call_hint() and lesson.clip(content, 120) in stop.reason
+    assert messages == QUESTION and len(client.requests) == 1
 
 
-@pytest.mark.parametrize("number", ["04", "11"])
-def test_recorded_final_answers_print(number):
-    assert not refused(recorded_content(number))
-
-
-PROSE_WORDS = st.sampled_from(
-    ["好的", "结果", "我来算", "The answer", "is", "3720", "乘以", "等于", "。", "，", "!", "\n"]
+@pytest.mark.parametrize(
+    ("call", "answer"), [("03", "37 乘以 41 是 1517。"), ("10", "3720 is the result of")]
 )
-SENTENCE = st.lists(PROSE_WORDS, max_size=8).map(" ".join)
+def test_a_recorded_native_call_and_its_final_answer_are_accepted(call, answer):
+    final = f"{int(call) + 1:02d}"
+    client = lesson.FakeClient(recorded_body(call), recorded_body(final))
+    messages: list = []
+    with contextlib.redirect_stdout(io.StringIO()):
+        printed = lesson.run_agent(client, "fake-model", lesson.DEFAULT_QUESTION, messages)
+    assert printed.startswith(answer)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert json.loads(messages[2]["content"])["status"] == "completed"
 
 
-@settings(max_examples=150, deadline=None)
+# ---- end to end: the command line's exit code and its Agent> line -------------------------------
+
+
+@pytest.fixture
+def run(provider, capsys):
+    def runner(*replies):
+        provider.script(*replies)
+        env = {"OPENAI_API_KEY": "sk-test-written-calls", "OPENAI_MODEL": "qwen2.5-coder-1.5b"}
+        env.update(OPENAI_BASE_URL=provider.base_url, OPENAI_TIMEOUT="5")
+        return run_in_process(capsys, env)
+
+    return runner
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        FAMILIES[0].one,
+        "[multiply(a=248, b=15)]",
+        recorded_body("13")["choices"][0]["message"]["content"],
+    ],
+    ids=["Hermes", "pythonic", "recording 13"],
+)
+def test_on_the_command_line_a_written_call_exits_1_and_prints_no_answer(run, provider, content):
+    result = run(completion(content=content), completion(content="3720"))
+    assert result.code == 1, result.everything
+    assert result.err.splitlines()[0].startswith("[Provider] step 1: ")
+    assert "Agent>" not in result.out and len(provider.requests) == 1
+    assert "Traceback" not in result.everything
+
+
+def test_on_the_command_line_a_near_miss_exits_0_and_prints_the_answer(run):
+    result = run(completion(content=TAG_EXPLAINED))
+    assert (result.code, result.err) == (0, ""), result.everything
+    assert result.out.splitlines() == ["step 1: finish_reason=stop", f"Agent> {TAG_EXPLAINED}"]
+
+
+def test_on_the_command_line_the_recorded_turn_prints_its_answer(run):
+    result = run(
+        recording("10-repo-template-native-call-step1")[1],
+        recording("11-repo-template-final-answer-step2")[1],
+    )
+    assert (result.code, result.err) == (0, ""), result.everything
+    assert result.out.splitlines()[-1] == "Agent> 3720 is the result of multiplying 248 by 15."
+
+
+# ---- properties ---------------------------------------------------------------------------------
+# Replies drawn from the family syntaxes, with other argument values, other whitespace and prose
+# around them, are always refused; replies drawn from plausible answers always print.
+
+SENTENCES = [
+    "好的，我来帮你算。",
+    "这需要调用工具。",
+    "Let me work that out.",
+    "Sure!",
+    "I'll compute 248 times 15.",
+    "结果马上就好：",
+    "Here you go:",
+    "稍等。",
+    "Would you like to know more?",
+    "算完了告诉你。",
+]
+GAPS = ["", " ", "\n", "\n\n", "  \n"]
+SPACES = ["", " ", "  ", "\n", "\n    ", "\t"]
+
+
+def rewritten(call: str, a: str, b: str, after_comma: str, after_colon: str) -> str:
+    """A family's call with other values and other whitespace after its commas and colons."""
+    text = re.sub(r"(?<![\w.])248(?![\w.])", "\0A", call)
+    text = re.sub(r"(?<![\w.])15(?![\w.])", "\0B", text)
+    text = text.replace(", ", "," + after_comma).replace(": ", ":" + after_colon)
+    return text.replace("\0A", a).replace("\0B", b)
+
+
+NUMBERS = st.one_of(
+    st.integers(-(10**9), 10**9).map(str),
+    st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False).map(lambda x: repr(round(x, 3))),
+)
+
+
+@settings(max_examples=300, deadline=None)
 @given(
-    st.sampled_from([one for _, one, _ in FAMILIES]),
-    SENTENCE,
-    SENTENCE,
-    st.sampled_from(["", " ", "\n", "\n\n"]),
+    call=st.sampled_from([f.one for f in FAMILIES] + [f.two for f in FAMILIES if f.two]),
+    a=NUMBERS,
+    b=NUMBERS,
+    after_comma=st.sampled_from(SPACES),
+    after_colon=st.sampled_from(SPACES),
+    before=st.lists(st.sampled_from(SENTENCES), max_size=3).map("".join),
+    after=st.lists(st.sampled_from(SENTENCES), max_size=3).map("".join),
+    gaps=st.tuples(st.sampled_from(GAPS), st.sampled_from(GAPS)),
 )
-def test_property_a_family_call_among_any_prose_is_refused(call, before, after, gap):
-    assert refused(f"{before}{gap}{call}{gap}{after}")
+@example(
+    call="[multiply(a=248, b=15)]",
+    a="0",
+    b="-1",
+    after_comma="\n",
+    after_colon="",
+    before="",
+    after="",
+    gaps=("", ""),
+)
+def test_property_a_familys_call_among_prose_is_always_refused(
+    call, a, b, after_comma, after_colon, before, after, gaps
+):
+    written = rewritten(call, a, b, after_comma, after_colon)
+    content = f"{before}{gaps[0]}{written}{gaps[1]}{after}"
+    with pytest.raises(AgentStop) as stopped:
+        lesson.final_answer(lesson.SimpleNamespace(content=content, refusal=None))
+    assert (stopped.value.link, stopped.value.exit_code) == ("Provider", 1)
+    assert stopped.value.hint == written_call_hint()
 
 
-@settings(max_examples=150, deadline=None)
+# Fragments an answer is made of. Replies that put the tool's name within digits or a full stop of
+# `a = 248` are the finding above (HONEST_BUT_REFUSED), so the tool's name and `a = …` are drawn
+# from different pools and never meet in one reply.
+NEUTRAL = [
+    "{x} 乘以 {y} 等于 {p}。",
+    "The product of {x} and {y} is {p}.",
+    "{x} × {y} = {p}",
+    "答案：{p}",
+    "Sure! {x} times {y} equals {p}.",
+    "| a | b | 积 |\n|---|---|---|\n| {x} | {y} | {p} |",
+    "\n```python\nprint({x} * {y})\n```\n",  # a fence opens and closes on its own line
+    "`<tool_call>` 是 Qwen 模板的标签，`[TOOL_CALLS]` 是 Mistral 的。",
+    "调用的写法是 `multiply(a={x}, b={y})`。",
+    '`{{"name": "multiply", "arguments": {{"a": {x}, "b": {y}}}}}` 是调用的样子。',
+    "你好！",
+]
+NAMING = [
+    "我用 multiply 工具算出结果：{p}。",
+    "multiply 返回了 {p}，所以答案是 {p}。",
+    "I used the multiply tool and it returned {p}.",
+    "multiply({x}, {y}) = {p}",
+    "工具 multiply 已经给出结果。",
+]
+OPERANDS = [
+    "a = {x}, b = {y}, 所以 {p}",
+    "a 是 {x}，b 是 {y}，积为 {p}。",
+    '{{"a": {x}, "b": {y}, "product": {p}}}',
+]
+
+
+@settings(max_examples=300, deadline=None)
 @given(
-    SENTENCE,
-    st.integers(-(10**6), 10**6),
-    st.sampled_from(["", "multiply ", "用 multiply 算，", "`multiply(a=1, b=2)` "]),
-    SENTENCE,
+    pool=st.sampled_from([NAMING, OPERANDS]),
+    data=st.data(),
+    x=st.integers(-(10**6), 10**6),
+    y=st.integers(-(10**6), 10**6),
+    joiner=st.sampled_from([" ", "\n", "\n\n", ""]),
 )
-def test_property_a_plausible_answer_prints(before, number, mention, after):
-    assert not refused(f"{before} {mention}结果是 {number}。{after}".strip() or "3720")
+def test_property_a_plausible_answer_always_prints(pool, data, x, y, joiner):
+    fragments = data.draw(st.lists(st.sampled_from(NEUTRAL + pool), min_size=1, max_size=4))
+    content = joiner.join(fragments).format(x=x, y=y, p=x * y)
+    message = lesson.SimpleNamespace(content=content, refusal=None)
+    assert lesson.final_answer(message) == lesson.without_reasoning(content)
