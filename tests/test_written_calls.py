@@ -52,11 +52,11 @@ class Turn:
         return isinstance(self.outcome, str)
 
 
-def turn(content: str, question: str = lesson.DEFAULT_QUESTION, *more: dict) -> Turn:
-    """run_agent with one finish_reason=stop reply whose content is `content` (then `more`, and a
-    plain answer in case the loop wrongly asked again)."""
+def turn(content: str, question: str = lesson.DEFAULT_QUESTION) -> Turn:
+    """run_agent with one finish_reason=stop reply whose content is `content` (and a plain answer
+    after it, in case the loop wrongly asked again)."""
     client = lesson.FakeClient(
-        *more, fake_response("stop", content=content), fake_response("stop", content="3720")
+        fake_response("stop", content=content), fake_response("stop", content="3720")
     )
     messages: list = []
     with contextlib.redirect_stdout(io.StringIO()) as printed:
@@ -420,9 +420,10 @@ def test_every_familys_call_written_as_text_is_refused(content):
     assert_refused(content)
 
 
-# Found while building the corpus: a family the rule lets through. FunctionGemma writes every
-# value between <escape> markers (vLLM tests/tool_parsers/test_functiongemma_tool_parser.py), so
-# neither `a:248` nor a tag naming `a` appears, and <escape> is no <|…|> token: the reply prints.
+# FunctionGemma writes every value between <escape> markers (vLLM
+# tests/tool_parsers/test_functiongemma_tool_parser.py): `a:<escape>248`. <escape> is no <|…|>
+# token and no tag naming `a`, so only a value that may start with `<` makes it an order (it
+# printed as the answer until the rule allowed that).
 @pytest.mark.parametrize(
     "content",
     [
@@ -433,6 +434,22 @@ def test_every_familys_call_written_as_text_is_refused(content):
     ids=["alone", "after prose", "two calls"],
 )
 def test_a_functiongemma_call_written_as_text_is_refused(content):
+    assert_refused(content)
+
+
+# Kimi K2's markers are special tokens; a server that decodes with skip_special_tokens (vLLM's
+# default when no tool parser runs) drops them and leaves the call id glued to the arguments
+# (llama.cpp tests/test-chat.cpp for the syntax; "the native tokens were being stripped",
+# jundot/omlx#984). Still the tool's name bound to `"a": 248`, with only `:0` between.
+@pytest.mark.parametrize(
+    "content",
+    [
+        'functions.multiply:0{"a": 248, "b": 15}',
+        'functions.multiply:0{"a": 248, "b": 15}functions.multiply:1{"a": 6, "b": 7}',
+    ],
+    ids=["alone", "two calls"],
+)
+def test_a_kimi_call_whose_special_tokens_were_stripped_is_refused(content):
     assert_refused(content)
 
 
@@ -453,6 +470,12 @@ JUDGEMENT_REFUSED = {
     "a trailing <｜end▁of▁sentence｜>": "248 × 15 = 3720<｜end▁of▁sentence｜>",
     # issue 29: a keyword call multiply(a=248, b=15) is an order anywhere, beside prose too
     "a keyword call beside prose": "调用 multiply(a=248, b=15) 得到 3720。",
+    "a keyword call reported in the past tense": "I called multiply (a=248, b=15) and got 3720.",
+    # decided here: the tool's name and `a = 248` with only punctuation and spaces between them
+    # are a call (`multiply: a=248` is one template's syntax), even with the result after them;
+    # a word, a number or the end of a sentence between them makes it prose (NEAR_MISSES)
+    "the tool, a colon, then a = 248": "multiply: a = 248, b = 15 → 3720",
+    "a list of the tool and its inputs": "- tool: multiply\n- a: 248\n- b: 15\n- result: 3720",
 }
 
 
@@ -524,17 +547,17 @@ def test_json_asked_for_in_the_question_prints(question, content):
     assert_prints(content, question=question)
 
 
-# Found while building the corpus: honest answers the rule refuses. Digits and sentence
-# punctuation count as GLUE (the rule needs them for `functions.multiply:0{` and `. `-free
-# templates), so the tool's name, then the result or a full stop, then `a = 248` reads as an order.
-HONEST_BUT_REFUSED = {
+# Answers that report the result next to the inputs. Digits and a full stop are not glue: the
+# tool's name, then the result or the end of a sentence, then `a = 248` is prose (these were
+# refused while digits and `.` counted as glue).
+RESULT_BESIDE_INPUTS = {
     "the result between the tool and its inputs": "Result of multiply: 3720 (a = 248, b = 15).",
     "a full stop between the tool and its inputs": "I used multiply. a = 248, b = 15: 3720.",
     "a positional call, then the operands": "multiply(248, 15) = 3720\na = 248, b = 15",
 }
 
 
-@pytest.mark.parametrize("content", HONEST_BUT_REFUSED.values(), ids=HONEST_BUT_REFUSED.keys())
+@pytest.mark.parametrize("content", RESULT_BESIDE_INPUTS.values(), ids=RESULT_BESIDE_INPUTS.keys())
 def test_an_answer_that_reports_the_result_next_to_its_inputs_prints(content):
     assert_prints(content)
 
@@ -702,10 +725,9 @@ def test_property_a_familys_call_among_prose_is_always_refused(
     assert stopped.value.hint == written_call_hint()
 
 
-# Fragments an answer is made of. Replies that put the tool's name within digits or a full stop of
-# `a = 248` are the finding above (HONEST_BUT_REFUSED), so the tool's name and `a = …` are drawn
-# from different pools and never meet in one reply.
-NEUTRAL = [
+# Fragments an answer is made of, drawn in any order: sentences with numbers, the tool named in
+# prose or with positional arguments, the operands named a and b, tags and calls in inline code.
+ANSWER_FRAGMENTS = [
     "{x} 乘以 {y} 等于 {p}。",
     "The product of {x} and {y} is {p}.",
     "{x} × {y} = {p}",
@@ -717,15 +739,11 @@ NEUTRAL = [
     "调用的写法是 `multiply(a={x}, b={y})`。",
     '`{{"name": "multiply", "arguments": {{"a": {x}, "b": {y}}}}}` 是调用的样子。',
     "你好！",
-]
-NAMING = [
     "我用 multiply 工具算出结果：{p}。",
     "multiply 返回了 {p}，所以答案是 {p}。",
     "I used the multiply tool and it returned {p}.",
     "multiply({x}, {y}) = {p}",
     "工具 multiply 已经给出结果。",
-]
-OPERANDS = [
     "a = {x}, b = {y}, 所以 {p}",
     "a 是 {x}，b 是 {y}，积为 {p}。",
     '{{"a": {x}, "b": {y}, "product": {p}}}',
@@ -734,14 +752,12 @@ OPERANDS = [
 
 @settings(max_examples=300, deadline=None)
 @given(
-    pool=st.sampled_from([NAMING, OPERANDS]),
-    data=st.data(),
+    fragments=st.lists(st.sampled_from(ANSWER_FRAGMENTS), min_size=1, max_size=4),
     x=st.integers(-(10**6), 10**6),
     y=st.integers(-(10**6), 10**6),
     joiner=st.sampled_from([" ", "\n", "\n\n", ""]),
 )
-def test_property_a_plausible_answer_always_prints(pool, data, x, y, joiner):
-    fragments = data.draw(st.lists(st.sampled_from(NEUTRAL + pool), min_size=1, max_size=4))
+def test_property_a_plausible_answer_always_prints(fragments, x, y, joiner):
     content = joiner.join(fragments).format(x=x, y=y, p=x * y)
     message = lesson.SimpleNamespace(content=content, refusal=None)
     assert lesson.final_answer(message) == lesson.without_reasoning(content)
