@@ -4,11 +4,9 @@
 # ///
 """第 3 课：跑通第一个 OpenAI-compatible Tool Calling Agent Loop（课文的可执行版本）。
 
-课文例子里的一次 Turn（从提问到最终回答）有四条消息，多几次调用就多几条：
-user -> assistant(tool_calls) -> tool(tool_call_id, result) -> assistant(final)
-
-第一部分是课文（§1–§7，编号同课文），每条规则和它防的是什么都写在这里；第二部分是自检和 --demo
-（没有 API Key 也能看 Loop 真跑）；第三部分只替第一部分格式化、判定细节、诊断真实世界的失败。
+一次 Turn：user -> assistant(tool_calls) -> tool(tool_call_id, result) -> assistant(final)
+第一部分是课文（§1–§7，编号同课文），每条规则和它防的是什么都写在这里；第二部分是自检和 --demo（没有
+API Key 也能看 Loop 真跑）；第三部分是附录：把外面的字节变成第一部分读的对象，格式化文字，诊断失败。
 """
 
 from __future__ import annotations
@@ -18,13 +16,11 @@ import io
 import json
 import os
 import re
-import signal
 import sys
-import threading
 import traceback
 import unicodedata
 from types import SimpleNamespace
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 EXIT_OK, EXIT_STOPPED, EXIT_USAGE, EXIT_REQUEST_FAILED = 0, 1, 2, 3
 
@@ -91,10 +87,8 @@ def reject_duplicate_keys(pairs: list) -> dict:
     return dict(pairs)
 
 
-def parse_arguments(arguments: object) -> dict:
+def parse_arguments(arguments: str) -> dict:
     """把 arguments 字符串解析成 JSON 对象；不替模型转换类型，也不猜重复键的意思。"""
-    if not isinstance(arguments, str):
-        raise ValueError(f"工具参数必须是 JSON 字符串，不是 {type(arguments).__name__}")
     if not arguments.strip():
         raise ValueError("工具参数为空，multiply 需要 a 和 b")
     if len(arguments) > MAX_ARGUMENTS_CHARS:
@@ -112,11 +106,9 @@ def execute_tool(tool_call: object) -> str:
     """Router：校验一个 Tool Call 并执行 multiply，返回紧凑 JSON，从不抛异常（坏 JSON、缺键、类型
     不对都已变成 ValueError）。参数填错只是这一单错了：作为 {"status":"error"} 交回模型，让它改。"""
     try:
-        function = getattr(tool_call, "function", None)
-        name = getattr(function, "name", None)
-        if name != "multiply":
-            raise ValueError(f"未知工具：{name!r:.60}")  # 名字来自模型：引用它，但有界
-        arguments = parse_arguments(getattr(function, "arguments", None))
+        if tool_call.function.name != "multiply":
+            raise ValueError(f"未知工具：{tool_call.function.name!r:.60}")  # 名字来自模型：有界
+        arguments = parse_arguments(tool_call.function.arguments)
         if set(arguments) != {"a", "b"}:
             raise ValueError(f"multiply 只接受 a 和 b，收到的键：{sorted(arguments)!r}")
         payload = {"status": "completed", "result": multiply(arguments["a"], arguments["b"])}
@@ -134,6 +126,16 @@ MAX_TOOL_CALLS = 32  # 失常的响应不该触发无界的工作；真实 Provi
 HARNESS, SDK_NETWORK, PROVIDER, MODEL = "Harness", "SDK/网络", "Provider", "Model"
 HINT_ENDPOINT = "这个端点的响应与 OpenAI 协议不一致，Harness 不会替它猜；换模型或端点再试"
 HINT_POLICY = "换一种问法，或查看 Provider 的内容策略"
+# finish_reason 说 Provider 为什么停止生成，要与同一 choice 的 tool_calls 一致：有调用时认
+# tool_calls，也认 stop（同样是自然结束；有的端点对没发 tool_choice 的请求就这样回，出处见
+# REFERENCE）；没有调用时只认 stop。别的值都说明这条消息不可信：调用一个都不执行，文字也不当
+# 成 Final。协议外的值（eos、null、空串、智谱的 sensitive……）是 Provider 自己的说法：原样引用。
+FINISH_REASONS = {
+    "length": (MODEL, "输出达到 Token 上限被截断，可能只写了一半", "调大输出上限，或换个模型"),
+    "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_POLICY),
+    "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
+}
+NOT_IN_PROTOCOL = (PROVIDER, "OpenAI 协议里没有这个值", "照它的字面意思查 Provider 的文档")
 
 
 class AgentStop(Exception):
@@ -151,27 +153,24 @@ class AgentStop(Exception):
         self.refused = None
 
 
-# finish_reason 说 Provider 为什么停止生成，要与同一 choice 的 tool_calls 一致。length（到了 Token
-# 上限被截断）、content_filter（被过滤）和不认识的值：消息可能只写了一半，调用一个都不执行，文字也
-# 不当成 Final。只有一处有意与课文不同：有调用时也认 stop（同样是自然结束），有的端点对没发
-# tool_choice 的请求就这样回：Google 的兼容端点（microsoft/autogen#4878）、经 OpenRouter 的 Qwen、
-# Gemini 3（OpenRouterTeam/openrouter-examples-python#4、ai-sdk-provider#288）、OpenAI（ENTERPILOT/
-# GoModel#124）。这样的调用照样要过 id 和 Router 的检查。
+def unfinished(choice: object) -> AgentStop:
+    """finish_reason 不是自然结束：说出它的含义；有调用时说明一个都没执行。"""
+    link, meaning, hint = FINISH_REASONS.get(choice.finish_reason, NOT_IN_PROTOCOL)
+    shown = f"finish_reason={clip(json.dumps(choice.finish_reason, ensure_ascii=False), 40)}"
+    if choice.message.tool_calls:
+        return AgentStop(link, f"有 Tool Call，但 {shown}（{meaning}）：一个工具都没执行", hint)
+    return AgentStop(link, f"模型没有正常结束：{shown}（{meaning}），不能当成最终回答", hint)
+
 
 # 回传课文的 role、content、tool_calls，加上 Provider 要原样收回才能接着这一轮的不透明字段（推理、
-# 签名；缺了回 HTTP 400）；别的私有字段带回去反而可能被拒。它们都不打印，收到时就按 SDK 序列化一次。
+# 签名；缺了回 HTTP 400）；别的私有字段带回去反而可能被拒。它们都不打印。
 ECHOED_MESSAGE_FIELDS = ("reasoning_content", "reasoning_details")
 ECHOED_CALL_FIELDS = ("extra_content",)
 
 
-def request_bytes(value: object) -> bytes:
-    """SDK 发请求时的序列化（严格 JSON、UTF-8）：NaN、无穷大、孤立的代理字符在这里抛 ValueError。"""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-
-
 def provider_owned(source: object, names: tuple) -> dict:
     """source 上真的出现了的那几个字段（空字符串也算出现），值原样不动。"""
-    return {n: getattr(source, n) for n in names if getattr(source, n, None) is not None}
+    return {name: getattr(source, name) for name in names if getattr(source, name) is not None}
 
 
 def assistant_message_from_api(message: object) -> dict:
@@ -181,7 +180,7 @@ def assistant_message_from_api(message: object) -> dict:
     if message.tool_calls:
         saved["tool_calls"] = [
             {
-                "id": getattr(call, "id", None),  # 缺 id 的调用由 run_agent 拦下，这里只照抄
+                "id": call.id,
                 "type": call.type,
                 "function": {"name": call.function.name, "arguments": call.function.arguments},
                 **provider_owned(call, ECHOED_CALL_FIELDS),
@@ -198,16 +197,22 @@ def clip(value: object, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def final_answer(message: object) -> str:
-    """stop 也可能不是回答，三种都停下：拒答；空回答（课文片段收下了空串）；写成文字的调用（端点没
-    把它解析成 tool_calls，Harness 不替它猜、不执行）。返回要打印的回答：开头的推理块不打印。"""
-    if getattr(message, "refusal", None):
+def final_answer(message: object, tool_ran: bool) -> str:
+    """stop 也可能不是回答：拒答、空回答（课文片段收下了空串）、写成文字的调用都停下。"""
+    if message.refusal:
         raise AgentStop(MODEL, f"模型拒绝回答：{clip(message.refusal)}", HINT_POLICY)
     text = without_reasoning(message.content or "")
     if not any(char.isprintable() and not char.isspace() for char in text):  # 零宽字符也看不见
-        hint = "再问一次；仍为空就换更大的模型，或确认端点支持 Tool Calling"
-        raise AgentStop(MODEL, "模型返回了空回答", hint)
-    reject_call_written_as_text(text)
+        raise AgentStop(MODEL, "模型返回了空回答", "再问一次；仍为空就换更大的模型")
+    # 写成文字的订单（端点没把调用解析成 tool_calls，Harness 不执行它）：这一轮还没有工具运行过，
+    # 它就是漏掉的调用；运行过之后，它多半在汇报那次调用（表格、JSON 总结），除非拿掉后什么都不剩。
+    orders = written_orders(text)
+    left = text
+    for order in orders:
+        left = left.replace(order, " ")
+    if orders and (not tool_ran or not re.search(r"[^\W_]", left)):
+        what = f"模型把调用写成了文字（或漏出了模板的控制标记），端点没解析出来：{clip(text, 120)}"
+        raise AgentStop(PROVIDER, what, HINT_WRITTEN_CALL)
     return text
 
 
@@ -218,8 +223,7 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
     messages.append({"role": "user", "content": user_text})
     for step in range(1, MAX_STEPS + 1):
         response = None  # 每一步先清空：请求本身失败时，没有“被拒收的响应”
-        try:
-            # 连不上、HTTP 错误、响应体读不了或不合协议：第三部分的客户端在这里停下并点名
+        try:  # 连不上、HTTP 错误、响应体不合协议：第三部分的客户端在这里停下并点名
             response = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
             choice = response.choices[0]
             message = choice.message
@@ -228,8 +232,8 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
             reply = assistant_message_from_api(message)
             if message.tool_calls:
                 if choice.finish_reason not in ("tool_calls", "stop"):
-                    raise finish_reason_stop(choice.finish_reason, with_tool_calls=True)
-                ids = [getattr(call, "id", None) for call in message.tool_calls]
+                    raise unfinished(choice)
+                ids = [call.id for call in message.tool_calls]
                 if not all(ids) or len(set(ids)) < len(ids):  # 缺 id 或重复，结果就无法配对
                     raise AgentStop(PROVIDER, "Tool Call 缺少 id 或 id 重复", HINT_ENDPOINT)
                 if len(ids) > MAX_TOOL_CALLS:
@@ -239,14 +243,14 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
                 for call in message.tool_calls:
                     result = execute_tool(call)
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-                    name, shown_id = clip(call.function.name, 60), clip(call.id, 80)
-                    print(f"step {step}: {name} call_id={shown_id} result={result}")
+                    called = f"{clip(call.function.name, 60)} call_id={clip(call.id, 80)}"
+                    print(f"step {step}: {called} result={result}")
                 continue
             if choice.finish_reason == "stop":
-                answer = final_answer(message)
+                answer = final_answer(message, tool_ran=messages[-1]["role"] == "tool")
                 messages.append(reply)
                 return answer
-            raise finish_reason_stop(choice.finish_reason, with_tool_calls=False)
+            raise unfinished(choice)
         except AgentStop as stop:  # 唯一记账的一处：停在第几步，被拒收的是哪条响应
             stop.step = step
             stop.refused = response
@@ -311,7 +315,7 @@ class FakeClient:
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
 
     def create(self, **request: object) -> object:
-        self.requests.append(json.loads(request_bytes(request)))
+        self.requests.append(json.loads(json.dumps(request, allow_nan=False)))  # 发得出去的才存
         expect(self.responses, f"预设的响应用完了：Loop 发出了第 {len(self.requests)} 次请求")
         return read_reply([json.dumps(self.responses.pop(0)).encode()])
 
@@ -408,6 +412,9 @@ def check_stops() -> None:
         outcome, client, messages, _ = run_fake(response, fake_response("stop", ANSWER))
         expect(isinstance(outcome, AgentStop), f"{label} 应停下 Loop，实际返回 {outcome!r}")
         expect(len(messages) == 1 and len(client.requests) == 1, f"{label} 不应执行或记入任何东西")
+    table = "| multiply | a=248, b=15 | 3720 |"  # 工具运行过之后，同样的写法多半是在汇报
+    outcome, _, _, _ = run_fake(fake_turn("call_1"), fake_response("stop", table))
+    expect(outcome == table, f"工具运行过之后，汇报调用的表格应是回答：{outcome!r}")
 
 
 def check_max_steps() -> None:
@@ -444,7 +451,10 @@ SELF_CHECKS = [
     ("Schema 只许整数 a、b；Router 把坏参数、代码、未知工具变成受控错误", check_schema_and_router),
     ("两次请求跑通，第二次请求带 call_1 与 3720", check_happy_path),
     ("并行的两个 Tool Call 按 tool_call_id 配对", check_pairing),
-    ("Tool Call + stop 照常执行；截断、过滤、缺 id、空回答、写成文字的调用：都停下", check_stops),
+    (
+        "Tool Call + stop 照常执行；截断、过滤、缺 id、空回答、没运行工具就写成文字的调用：都停下",
+        check_stops,
+    ),
     ("MAX_STEPS 限制请求次数，最后的结果不发给模型", check_max_steps),
     ("Provider 要求带回的字段原样回传，推理不打印", check_provider_fields),
 ]
@@ -497,174 +507,120 @@ def demo() -> int:
     return EXIT_OK
 
 
-# ======================== 第三部分：附录——真实世界的防护 ========================
-# 按一次运行碰到外部世界的顺序排，每节一套机制；规则的含义都在第一部分，这里只格式化、判定、诊断。
+# ======================== 第三部分：附录——真实世界 ========================
+# 按一次运行碰到外部世界的顺序排，每节一套机制。规则的含义都在第一部分；这里只把外面的字节变成
+# 第一部分读的对象、格式化文字、诊断失败。
 
 # ---- 配置进来：环境只由 main 读一次；只有确定的错才在发请求之前拦下（退出码 2） ----
 VARIABLES = ("OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_BASE_URL", "OPENAI_TIMEOUT")
-# 像 key 的一段：sk-…、gsk_…、xai-…、AIza…、JWT、32 位以上的字母数字（智谱）、UUID（火山方舟）
-KEY_LIKE = re.compile(
-    r"\b(?:sk|gsk|xai)[-_][\w-]{8,}|\bAIza[\w-]{20,}|\beyJ[\w-]{10,}\.[\w.-]+|[A-Za-z0-9]{32,}"
-    r"|\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"
-)
-URL_FIX = "只写协议、主机、端口和路径，照 Provider 文档写"
-# fmt: off
-MISTAKES = [  # (只查哪个变量, 认出这种错的正则, 错在哪, 怎么改)：人常犯、而且确定是错的
-    ("", r"""["'“‘].*["'”’]""", "两边带着引号（多半是从 .env 文件连引号一起复制的）", "去掉引号"),
-    ("", r"\$\{?[A-Za-z_]\w*\}?|%[A-Za-z_]\w*%", "是没展开的变量名", "单引号里的 $X 不展开"),
-    ("", r".*(\.\.\.|…|<[^<>]*>|\byour[-_]|provider\.example).*", "还是 README 或课文里的占位符",
-     "换成你自己的真实值"),
-    ("OPENAI_API_KEY", r"(?i)bearer\s.*", "开头多了 Bearer（SDK 会自己加）", "只留 key"),
-    ("OPENAI_BASE_URL", r"[!-~]*://[^/]*@[!-~]*|[!-~]*\?[!-~]*",
-     "地址里不能写用户名密码（SDK 会改用它们认证）或 ?查询参数（SDK 把路径拼在它后面）", URL_FIX),
-    ("OPENAI_BASE_URL", r"[!-~]*/chat/completions/*", "写到了 /chat/completions", "写到它之前为止"),
-    ("OPENAI_BASE_URL", r"(?=[!-~]*$)(?!(?i:https?)://[^/?#@]+(/|$)).*",
-     "要以 http:// 或 https:// 开头", URL_FIX),
-]
-# fmt: on
+CERTIFICATES = ("SSL_CERT_FILE", "SSL_CERT_DIR")  # SDK 的 HTTP 库照它们找根证书
+# 旧教程（openai 0.x 的 OPENAI_API_BASE）或别的工具用的名字：脚本不读它们
+OLD_NAMES = {
+    "OPENAI_API_BASE": "OPENAI_BASE_URL",
+    "OPENAI_BASE": "OPENAI_BASE_URL",
+    "OPENAI_API_BASE_URL": "OPENAI_BASE_URL",
+    "OPENAI_KEY": "OPENAI_API_KEY",
+    "OPENAI_MODEL_NAME": "OPENAI_MODEL",
+}
 
 
 class ConfigError(AgentStop):  # 配置里确定的错（Harness 这一环），还没发出任何请求
     exit_code = EXIT_USAGE
 
 
-def check_config(environment: dict) -> dict:
+def check_config(environment):
     """在发出任何请求之前，只拦下确定的错；返回之后用到的全部值。"""
-    values = {name: environment.get(name, "").strip() for name in VARIABLES}
-    for name in [name for name in VARIABLES[:2] if not values[name]]:
-        local = "（本地服务不校验 key，可填 local）" if name == "OPENAI_API_KEY" else ""
-        raise ConfigError(HARNESS, f"缺少环境变量 {name}", f"export {name}=...{local}")
+    for old, name in OLD_NAMES.items():
+        if environment.get(old) and not environment.get(name):
+            what = f"没设 {name}，却设着 {old}（旧教程或别的工具用的名字，脚本不读它）"
+            raise ConfigError(HARNESS, what, f'改用 {name}：export {name}="${old}"') from None
+    values = {name: environment.get(name, "").strip() for name in VARIABLES + CERTIFICATES}
     for name, value in values.items():
-        problem = variable_problem(name, value) if value else ()
-        if problem:  # key 的值不打印（别的值里像 key 的段，输出时由遮罩换掉）
-            shown = "" if name == "OPENAI_API_KEY" or "@" in value else f"（{clip(value, 120)}）"
-            raise ConfigError(HARNESS, f"{name} 不可用{shown}：{problem[0]}", problem[1])
-    config = {"api_key": values["OPENAI_API_KEY"], "model": values["OPENAI_MODEL"]}
-    config["base_url"] = values["OPENAI_BASE_URL"] or "https://api.openai.com/v1"  # SDK 就不读环境
-    config["timeout"] = float(values["OPENAI_TIMEOUT"] or 60)  # SDK 默认等 10 分钟，学习时太久
-    return {**config, "environment": environment}
+        problem = variable_problem(name, value)
+        if problem:  # key 的值不打印；别的值里像 key 的段、地址里的密码，遮罩会换掉
+            raise ConfigError(HARNESS, f"{name} 不可用：{problem[0]}", problem[1]) from None
+    # 默认端点写明，SDK 就不再读环境；SDK 默认等 10 分钟，学习时太久
+    values["OPENAI_BASE_URL"] = values["OPENAI_BASE_URL"] or "https://api.openai.com/v1"
+    values["OPENAI_TIMEOUT"] = float(values["OPENAI_TIMEOUT"] or 60)
+    return values
 
 
-def variable_problem(name: str, value: str) -> tuple:
-    """一个变量犯了哪种确定的错：(错在哪, 怎么改)；没有错是 ()。"""
-    for only, pattern, what, fix in MISTAKES:
-        if only in ("", name) and re.fullmatch(pattern, value, re.S):
-            return what, fix
-    for at, char in enumerate(value, start=1):  # key 在 HTTP 头里、地址在网址里；模型名可以是中文
-        half = unicodedata.normalize("NFKC", char)
-        if char.isspace():
-            return f"第 {at} 个字符是空白 {json.dumps(char)}", "删掉它（.env 文件要用 LF 换行）"
-        if name != "OPENAI_MODEL" and not char.isascii() and half.isascii() and half.isprintable():
-            return f"第 {at} 个字符是全角的「{char}」", f"换成半角的「{half}」（切到英文输入法）"
-        if not char.isprintable() or (name != "OPENAI_MODEL" and not char.isascii()):
-            return f"第 {at} 个字符 {json.dumps(char)} 不是 ASCII", "只用英文字母、数字和符号"
-    seconds = re.fullmatch(r"\d+\.?\d*|\.\d+", value) and 0 < float(value) <= 3600
-    if name == "OPENAI_TIMEOUT" and not seconds:
-        return "要是 0 到 3600 之间的秒数", "例如 export OPENAI_TIMEOUT=60"
+def variable_problem(name, value):
+    """一个变量犯了哪种确定的错：(错在哪, 怎么改)；没有错是 ()。从上往下，先说最具体的。"""
+    if name in CERTIFICATES and value and not os.path.exists(value):  # 多半是卸掉的 conda 留下的
+        return "指向的路径不存在", f"改成存在的证书，或 unset {name}"
+    if not value and name in VARIABLES[:2]:
+        return "没设这个环境变量", f"export {name}=...（本地服务不校验 key，填 local 就行）"
+    if not value or name in CERTIFICATES:
+        return ()
+    if value[0] in "\"'“‘" and value[-1] in "\"'”’":
+        return "两边带着引号（多半是从 .env 文件连引号一起复制的）", "去掉引号"
+    # 没展开的变量 $NAME、${NAME}、%NAME%，文档里待填的 {NAME}、<你的网关>、sk-...、your-api-key
+    if re.search(r"\$\{?[A-Za-z_]\w*|[{%][A-Za-z_]\w*[}%]|<[^<>]*>|\.\.\.|…|\byour[-_]", value):
+        return "里面还有占位符或没展开的变量", "换成你自己的真实值（单引号里的 $NAME 不会展开）"
+    for at, char in enumerate(value, 1):  # key 在 HTTP 头里、地址在网址里；模型名可以是中文
+        if char == " " or not char.isprintable() or (name != "OPENAI_MODEL" and not char.isascii()):
+            half = unicodedata.normalize("NFKC", char)  # 全角的「：」是半角的「:」
+            fix = f"换成半角的「{half}」" if half.isascii() and half.isprintable() else ""
+            return f"第 {at} 个字符 {char!r} 不能用", fix or "删掉它（.env 要用 LF 换行）"
+    url = urlsplit(value)
+    if name == "OPENAI_BASE_URL" and (url.scheme not in ("http", "https") or not url.netloc):
+        return "要以 http:// 或 https:// 开头，后面是主机", "照 Provider 的文档写"
+    if name == "OPENAI_BASE_URL" and url.path.rstrip("/").endswith("/chat/completions"):
+        return "写到了 /chat/completions", "写到它之前为止：SDK 自己会加"
+    if name == "OPENAI_TIMEOUT" and not re.fullmatch(r"\d{1,4}(\.\d+)?", value):
+        return "要是秒数", "例如 export OPENAI_TIMEOUT=60"
     return ()
 
 
-# ---- 请求失败：一次请求只发一次；按 SDK 的异常类型和状态码分类，先引用 Provider 的原话 ----
+# ---- 请求失败：一次请求只发一次；按 SDK 的异常类型分类，先引用 Provider 的原话 ----
+HINT_KEY = "检查 OPENAI_API_KEY：是否完整、没过期，是否属于 OPENAI_BASE_URL 那家 Provider（和地区）"
 HINT_BALANCE = "余额、额度或免费额度用完了，或账户欠费：到 Provider 控制台充值或开通付费，或换 key"
+HINT_RATE = "触发了频率、并发或每分钟的限额：稍等再试（本课不重试）；一直如此就查控制台的限额"
 HINT_WORDS = "按上面 Provider 的原话处理"
-HINT_MODEL = "检查 OPENAI_MODEL：与 Provider 模型列表一字不差、账户已开通；经网关时令牌要有权用它"
+# Provider 的原话说的是哪件事，建议就给那件事的：不看是谁说的，也不看状态码（余额用完，有的回 400，
+# 有的回 403、429）。从上往下找第一个说中的，具体的在前：Gemini 每分钟的限额也提到 quota，先认频率。
 # fmt: off
-PHRASES = [  # 状态码会误导时才认的说法（余额用完也回 400、403、429）：(说法, 失败的一环, 建议)
-    (r"support (tools|tool use|function call)|param:? tools|tools param|tool choice requires",
-     MODEL, "换支持 tools 的模型或端点（vLLM 开自动工具选择，llama.cpp 加 --jinja）；不用改工具"),
-    (r"insufficient (balance|quota)|balance is insufficient|current quota|paid balance|arrearage"
-     r"|overdue|good standing|free tier|余额不足|欠费|额度", PROVIDER, HINT_BALANCE),
-    (r"bind your", PROVIDER, HINT_WORDS),  # 魔搭的 401：先去绑定阿里云账号，不是 key 错了
+CONCEPTS = [  # (这件事的中英文说法, 失败的一环, 建议)
+    (r"support.{0,12}(tools?|tool use|function call)|tools? param|tool choice",  # 不支持 tools
+     MODEL, "换支持 tools 的模型或端点（vLLM 开自动工具选择，llama.cpp 别加 --no-jinja）"),
+    (r"enable.?thinking|thinking is enabled|stream mode|stream=false|non.?stream|流式|思考",
+     PROVIDER, "这个模型开着思考、只收流式请求：本课只发普通请求，换不开思考也能调用工具的模型"),
+    (r"rate.?limit|too many requests|per.?minute|concurren|\brpm\b|\btpm\b|request limit"
+     r"|retry in|频率|速率|并发|访问量过大|限流", PROVIDER, HINT_RATE),
+    (r"insufficient|balance|quota|billing|arrearage|overdue|good standing|free tier|paid"
+     r"|余额|欠费|额度|充值|资源包", PROVIDER, HINT_BALANCE),
+    (r"context|token limit|too long|maximum.{0,30}tokens|input length|prompt.{0,20}(long|length)"
+     r"|上下文|超长|过长|长度超", MODEL, "超出了模型的上下文长度：问短一点，或换上下文更大的模型"),
+    (r"country|region|territory|location is not supported|地区|地域", PROVIDER,
+     "这个地区用不了它：换本地区能用的 Provider，或用它在本地区的站点（key 按站点分开）"),
+    (r"bind your|实名", PROVIDER, "账号还没开通好（魔搭要先绑定阿里云账号、实名）：不是 key 错了"),
+    (r"api.?key|\btoken(?!s)|auth|credential|unauthorized|no connected db|令牌|密钥", PROVIDER,
+     HINT_KEY),
+    (r"upstream|connection error|no fallback|bad gateway|上游", PROVIDER,
+     "网关答了，但它后面的模型服务失败了：问网关的管理员，或看它配置的上游"),
     (r"model\b.{0,60}(does not exist|not found)|not found the model|not activated the model"
-     r"|endpoint that does not exist|not supported for format|无可用渠道|模型不存在"
-     r"|无权(使用|访问)模型", PROVIDER, HINT_MODEL),
+     r"|invalid model|endpoint that does not exist|not supported for format|无可用渠道"
+     r"|模型不存在|无权(使用|访问)模型", PROVIDER,
+     "检查 OPENAI_MODEL：与 Provider 模型列表一字不差、账户已开通；经网关时令牌要有权用它"),
 ]
 STATUS_HINTS = {  # 各家含义一致的状态码
-    401: "检查 OPENAI_API_KEY：是否完整、没过期，是否属于 OPENAI_BASE_URL 那家 Provider（和地区）",
+    401: HINT_KEY,
     402: HINT_BALANCE,
     404: "检查 OPENAI_BASE_URL 的路径（多以 /v1 结尾；智谱 /api/paas/v4，火山方舟 /api/v3）",
-    429: "触发了频率、并发或用量限制：稍等再试（本课不重试）；一直如此就查控制台的限额",
+    429: HINT_RATE,
 }
 # fmt: on
+# 错误体里给人看的那句话，不论信封：error.message、msg、error_msg、status_msg、detail、raw……
 WORDS = r'"(?:message|msg|error_msg|status_msg|detail|error|raw)"\s*:\s*"((?:[^"\\]|\\.)*)"'
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
 
 
-class RequestFailed(AgentStop):  # 没拿到能读的回复：请求失败，或 HTTP 200 的响应体不是回复
+class RequestFailed(AgentStop):  # 没拿到能读的回复：请求失败，或 HTTP 2xx 的响应体不是回复
     exit_code = EXIT_REQUEST_FAILED
 
 
-def provider_words(text: str) -> str:
-    """Provider 的原话：错误体里给人看的话，不论信封，字符串里又是 JSON 的也读；网页去掉标签。"""
-    if text.lstrip()[:1] not in ("{", "["):
-        return " ".join(re.sub(r"<[^<>]*(>|$)", " ", text[:4000]).split())
-    said = []
-    for literal in re.findall(WORDS, text)[:3]:  # 只用正则读：不管它嵌套多深
-        with contextlib.suppress(ValueError):
-            literal = json.loads(f'"{literal}"')
-        said.append(provider_words(literal) if literal.lstrip()[:1] in ("{", "[") else literal)
-    return clip("：".join(dict.fromkeys(s for s in said if s.strip())), 4000)
-
-
-def provider_failure(what: str, status: int, text: str) -> RequestFailed:
-    """引用原话（没有就引用响应体）；建议先看说法，再看状态码，最后照原话办。"""
-    words = provider_words(text)
-    said = re.sub(r"%20|[\s_]+", " ", words.lower())
-    link, hint = next(((k, h) for p, k, h in PHRASES if re.search(p, said)), (PROVIDER, ""))
-    hint = hint or (HINT_MODEL if status == 404 and "model" in said else STATUS_HINTS.get(status))
-    hint = hint or (HINT_WORDS if words else "看服务端日志，或换端点")
-    return RequestFailed(link, f"{what}{clip(words or text) or '（响应体是空的）'}", hint)
-
-
-def explain_request_failure(error: Exception, config: dict) -> RequestFailed:
-    """SDK 报的失败（状态码不是 2xx，或连接出错、超时）按它的异常类型和状态码变成 RequestFailed。"""
-    import openai
-
-    if isinstance(error, openai.APIStatusError):
-        status = error.status_code
-        return provider_failure(f"HTTP {status}：", status, error.response.text)
-    chain = [error.__context__, getattr(error.__context__, "__context__", None)]
-    status = next((c.response.status_code for c in chain if hasattr(c, "response")), None)
-    if status is not None:  # 处理错误状态时（SDK 读它的响应体：解压、解码）出的错，SDK 没有包装
-        return provider_failure(f"HTTP {status}：响应体读不了，", status, clip(repr(error)))
-    if not isinstance(error, openai.APIConnectionError):
-        raise error  # 不是外部世界的失败，是 Harness 的 bug：原样往上抛
-    hint = "检查地址、端口和服务是否已启动；本地服务（Ollama、llama.cpp、vLLM）用 http://"
-    reason = "连不上服务器，或连上后没收到响应（TLS 出错的，原因里写着 SSL）"
-    if isinstance(error, openai.APITimeoutError):
-        reason = f"超时：{config['timeout']:g} 秒内没连上或没等到响应（连接至多 5 秒；本课不重试）"
-        hint += "；本地模型慢就调大 OPENAI_TIMEOUT"
-    names = ("http_proxy", "https_proxy", "all_proxy")  # SDK 的 HTTP 库照它们（大小写都算）走代理
-    proxies = [n for n, v in config["environment"].items() if v and n.lower() in names]
-    if proxies:  # 本机、内网的端点常常不该经过代理
-        hint += f"；设着 {'、'.join(proxies)}：本机、内网的端点加进 NO_PROXY=127.0.0.1,localhost"
-    cause = error.__cause__ or error  # HTTP 库的异常，它说的是哪一步断了（连接、TLS 证书……）
-    what = f"{reason}（{type(cause).__name__}: {clip(str(cause), 120)}）"
-    return RequestFailed(SDK_NETWORK, what, hint)
-
-
-@contextlib.contextmanager
-def ticking(stream: object):
-    """等待时的进度：终端上每秒刷新一行临时状态，结束时擦掉；别处每 10 秒写一行。只显示，不限时。"""
-    done = threading.Event()
-
-    def tick() -> None:
-        waited = 0
-        while not done.wait(1.0):
-            waited += 1
-            text = f"…等待响应 {waited} 秒（Ctrl-C 可中断）"
-            stream.put(f"\r{text}" if stream.erasable else f"{text}\n" if waited % 10 == 0 else "")
-        stream.put("\r" + " " * 60 + "\r" if stream.erasable and waited else "")  # 步骤行在后面
-
-    ticker = threading.Thread(target=tick, daemon=True)
-    ticker.start()
-    try:
-        yield
-    finally:
-        done.set()
-        ticker.join()
-
-
-def make_client(config: dict, waiting: object) -> SimpleNamespace:
+def make_client(config):
     """形状同 SDK 客户端（.chat.completions.create）；一个请求只发一次，代理、证书由 SDK 决定。"""
     try:
         import openai
@@ -672,227 +628,249 @@ def make_client(config: dict, waiting: object) -> SimpleNamespace:
     except ImportError as error:
         hint = "激活 README 建的 .venv，或 pip install -r requirements.txt；自己的 openai.py 要改名"
         raise ConfigError(HARNESS, f"openai SDK 导入失败：{clip(str(error))}", hint) from None
-    # SDK 会自己读 OPENAI_ORG_ID、OPENAI_PROJECT_ID（OpenAI 自己的概念）：告诉它不发这两个头
-    headers = {"OpenAI-Organization": openai.Omit(), "OpenAI-Project": openai.Omit()}
-    timeout = openai.Timeout(config["timeout"], connect=min(config["timeout"], 5.0))
-    options = {"timeout": timeout, "max_retries": 0, "default_headers": headers}  # 超时不重算
-    try:  # HTTP 库在这一刻读代理、证书的变量：它们或地址有错，就错在这里
-        client = openai.OpenAI(api_key=config["api_key"], base_url=config["base_url"], **options)
+    seconds = config["OPENAI_TIMEOUT"]
+    try:  # HTTP 库在这一刻读代理、证书的变量：它们有错，就错在这里
+        client = openai.OpenAI(
+            api_key=config["OPENAI_API_KEY"],
+            base_url=config["OPENAI_BASE_URL"],
+            timeout=openai.Timeout(seconds, connect=min(seconds, 5.0)),  # 连接最多等 5 秒
+            max_retries=0,  # 本课不重试：一个请求只发一次
+        )
     except Exception as error:
         what = f"SDK 没能用这台机器的设置创建客户端（{type(error).__name__}: {clip(str(error))}）"
-        raise ConfigError(HARNESS, what, "检查 OPENAI_BASE_URL、代理和证书的变量") from None
+        hint = "检查代理的变量（HTTPS_PROXY、ALL_PROXY；socks5:// 要装 socksio）和 SSL_CERT_FILE"
+        raise ConfigError(HARNESS, what, hint) from None
 
-    def create(**request: object) -> SimpleNamespace:
-        raw = client.chat.completions.with_streaming_response  # 要的是响应体的字节
+    def create(**request):
         try:
-            with ticking(waiting), raw.create(**request) as response:
-                return read_reply(response.iter_bytes())
-        except Exception as error:  # RequestFailed 和 Harness 的 bug 由它原样抛出
-            raise explain_request_failure(error, config) from None
+            raw = client.chat.completions.with_streaming_response  # 要的是响应体的字节
+            with raw.create(**request) as response:  # 只有 SDK 的异常从这里出来
+                return read_reply(response.iter_bytes(), response.status_code)
+        except openai.APIStatusError as error:
+            status = error.status_code
+            raise provider_failure(f"HTTP {status}：", status, error.response.text) from None
+        except openai.APIConnectionError as error:  # 连不上、超时：HTTP 库的异常说断在哪一步
+            raise network_failure(error.__cause__ or error, config) from None
 
     return SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
 
 
-# ---- 字节变成回复：HTTP 200 的字节只在这里变成回复；读不了、形状不合协议，是 Provider 的失败 ----
-MAX_REPLY_BYTES = 8 * 1024 * 1024  # 一个回复不过几十 KB；更大的不读完（解压炸弹也在这里停下）
-MAX_DEPTH = 32  # 一个回复嵌套不到 10 层；更深的，之后引用、回传、显示时都可能递归出错
+def network_failure(cause, config):
+    """断在哪一跳（代理、TLS、远端的端点、本机的服务）和怎么修。看 HTTP 库的异常类型，和它当时正在
+    连的地址：连的不是端点，就是代理（走不走代理是它按环境变量定的，这里不重推）。"""
+    url = urlsplit(config["OPENAI_BASE_URL"])
+    endpoint = f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}"
+    kinds, address = what_failed(cause)
+    address = address or endpoint
+    if "ProxyError" in kinds or address != endpoint:  # 代理没在运行、端口不对、不肯转发（407、502）
+        what = f"代理 {address} 没接通（HTTPS_PROXY、ALL_PROXY 等变量指着它）"
+        hint = "打开代理软件（Clash、V2Ray），核对端口（Clash Verge 默认 7897，老版本 7890）；"
+        hint += "要认证（407）就把用户名密码写进代理地址；本机端点别经代理：NO_PROXY=127.0.0.1"
+    elif "SSLCertVerificationError" in kinds:
+        what = f"{endpoint} 的 TLS 证书不受信任"
+        hint = "公司网络或代理软件在检查 TLS：把它的根证书写进 SSL_CERT_FILE，或换个网络"
+    elif "SSLError" in kinds:  # 对方说的不是 TLS：端点或代理的 http 端口写成了 https://
+        what = "TLS 握手失败：对方说的不是 TLS"
+        hint = "OPENAI_BASE_URL 或代理的地址把 http:// 写成了 https://（本机服务、Clash 都是 http）"
+    elif "ReadTimeout" in kinds:
+        what = f"连上了，{config['OPENAI_TIMEOUT']:g} 秒（OPENAI_TIMEOUT）内没等到响应"
+        hint = "模型慢（本机小模型、推理模型）就调大 OPENAI_TIMEOUT"
+    elif "ConnectError" not in kinds and "ConnectTimeout" not in kinds:
+        what = f"连上了 {address}，没收到完整的响应就断了"
+        hint = "看服务端日志，和中间的代理、网关"
+    elif url.hostname in LOCAL_HOSTS:
+        what = f"本机 {endpoint} 上没有服务在应答"
+        hint = "先启动服务（llama-server、Ollama……）并核对端口；本机服务多用 http://"
+    else:
+        what = f"连不上 {endpoint}"
+        hint = "检查网络和主机名；国外的端点在国内常要经代理：HTTPS_PROXY=http://127.0.0.1:7897"
+    return RequestFailed(SDK_NETWORK, f"{what}（{kinds[0]}: {clip(str(cause), 120)}）", hint)
 
 
-def read_reply(chunks: object) -> SimpleNamespace:
-    """字节 → 文字 → JSON → Loop 读的字段，各查一次；解压、解码、解析时出错都算 Provider 的。"""
+def what_failed(error):
+    """HTTP 库的异常一层包一层（__context__）：每层的类型名，和它失败时正在连的“主机:端口”（它
+    traceback 里 connect_tcp 的参数；没在连是空串）。"""
+    kinds = []
+    address = ""
+    while error is not None:
+        kinds.append(type(error).__name__)
+        for frame, _ in traceback.walk_tb(error.__traceback__):
+            if frame.f_code.co_name == "connect_tcp":
+                address = f"{frame.f_locals.get('host')}:{frame.f_locals.get('port')}"
+        error = error.__context__
+    return kinds, address
+
+
+def provider_words(text):
+    """Provider 的原话：JSON 错误体里给人看的话，不论信封；没有就是空串（报告引用响应体本身）。"""
+    said = []
+    for literal in re.findall(WORDS, text)[:3]:  # 只用正则读：不管它嵌套多深
+        with contextlib.suppress(ValueError):
+            literal = json.loads(f'"{literal}"')
+        said.append(provider_words(literal) or literal)  # 字符串里又是一个 JSON 错误体，也读出原话
+    return clip("：".join(dict.fromkeys(s for s in said if s.strip())), 4000)
+
+
+def provider_failure(what, status, text):
+    """引用原话（没有就引用响应体）；建议先看原话说的是哪件事，再看状态码，最后请你照原话办。"""
+    words = provider_words(text)
+    said = re.sub(r"%20|[\s_]+", " ", words.lower())
+    quoted = f"{what}{clip(words or text) or '（响应体是空的）'}"
+    for pattern, link, hint in CONCEPTS:
+        if re.search(pattern, said):
+            return RequestFailed(link, quoted, hint)
+    hint = STATUS_HINTS.get(status, HINT_WORDS if words else "看服务端日志，或换端点")
+    return RequestFailed(PROVIDER, quoted, hint)
+
+
+# ---- 字节变成回复：2xx 的字节只在这里变成 Loop 读的对象；读不了、不合协议，是 Provider 的失败 ----
+def read_reply(chunks, status=200):
+    """字节 → JSON → Loop 读的对象，只在这里查一次：之后第一部分照课文的写法直接读字段。"""
     body = bytearray()
     try:
         for chunk in chunks:
             body += chunk
-            if len(body) > MAX_REPLY_BYTES:
-                raise OverflowError
         data = json.loads(body.decode("utf-8-sig"))  # JSON 的标准允许开头的 BOM
-        if nested_deeper(data, MAX_DEPTH):
-            raise RecursionError(f"嵌套超过 {MAX_DEPTH} 层")
-        request_bytes(data)  # 存进历史的部分下次照原样发回：发不回去的现在就说
-    except Exception as error:
-        raise RequestFailed(PROVIDER, *what_body_is(bytes(body), error)) from None
-    choices = data.get("choices") if isinstance(data, dict) else None
-    choice = choices[0] if isinstance(choices, list) and choices else None
-    if not isinstance(choice, dict) or choice.get("error"):  # 信封里只有错误；OpenRouter 放在这里
-        raise provider_failure("HTTP 200，但响应体里没有回复：", 200, body.decode())
-    problem = reply_problem(choice.get("message"))
-    if problem:
-        raise RequestFailed(PROVIDER, f"HTTP 200，但回复不合 OpenAI 协议：{problem}", HINT_ENDPOINT)
-    message = {"content": None, "tool_calls": None, **choice["message"]}  # Loop 读的几层变成对象
-    if message["tool_calls"] is not None:
-        calls = [{**c, "function": SimpleNamespace(**c["function"])} for c in message["tool_calls"]]
-        message["tool_calls"] = [SimpleNamespace(**call) for call in calls]
-    choice = {"finish_reason": None, **choice, "message": SimpleNamespace(**message)}
-    return SimpleNamespace(**{**data, "choices": [SimpleNamespace(**choice)]})
+        # 要存进历史的下次照原样发回：SDK 发不出去的（NaN、孤立的代理字符、太深的嵌套）现在就说
+        json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
+    except Exception as error:  # 解压出错、中途断开、不是 UTF-8、不是 JSON：对方的字节读不了
+        what = f"HTTP {status}，但响应体读不了（{type(error).__name__}: {clip(str(error), 80)}）："
+        raise provider_failure(what, status, body[:4000].decode(errors="replace")) from None
+    try:
+        reply = shaped(REPLY, data, "响应体")
+        if not reply.choices:  # 没有回复，多半只有一个错误的信封：原话在里面
+            raise ValueError("choices 是空的")
+    except ValueError as error:
+        what = f"HTTP {status}，但响应体不是 OpenAI 协议的回复（{error}）："
+        raise provider_failure(what, status, body.decode("utf-8-sig")) from None
+    return reply
 
 
-def what_body_is(body: bytes, error: Exception) -> tuple:
-    """读不了的 HTTP 200 响应体是什么（先看大小，再看读到哪一步出的错），和该查什么。"""
-    kinds = [
-        (len(body) > MAX_REPLY_BYTES, f"超过 {MAX_REPLY_BYTES >> 20} MB 还没完（也许是解压炸弹）"),
-        (isinstance(error, UnicodeDecodeError), "不是 UTF-8 文本"),  # GBK，或没声明的压缩数据
-        (not body.strip() and isinstance(error, json.JSONDecodeError), "是空的"),
-        (isinstance(error, json.JSONDecodeError), "不是 JSON"),  # 网页、事件流（data: …）……
-        (isinstance(error, (RecursionError, ValueError)), "不是能照原样发回的严格 JSON"),
-        (True, "没能读完"),  # 解压出错、中途断开、声明的长度不对……
-    ]
-    what = next(what for matched, what in kinds if matched)
-    seen = "" if what == "是空的" else f"（{type(error).__name__}: {clip(str(error), 80)}）"
-    seen += f"：{clip(body[:200].decode(errors='replace'), 80)}" if body.strip() else ""
-    return f"HTTP 200，但响应体{what}{seen}", "看服务端日志、中间的网关；地址要指向 API，不是网页"
+# Loop 读的那部分协议，写一次：JSON 对象都变成能按属性读的对象，别的字段留在外面。(类型, NONE)
+# 是可以没有的字段（没有就是 None）；没写 NONE 的必须有；列表没有就是空的。object 是 Provider 的
+# 不透明字段，原样留着；error 只许没有（OpenRouter 把生成中途的错误放在 choices[0].error）。
+NONE = type(None)
+CALL = {"id": (str, NONE), "type": str, "function": {"name": str, "arguments": str}}
+CALL |= dict.fromkeys(ECHOED_CALL_FIELDS, object)
+MESSAGE = {"content": (str, NONE), "refusal": object, "tool_calls": [CALL]}
+MESSAGE |= dict.fromkeys(ECHOED_MESSAGE_FIELDS, object)
+REPLY = {"choices": [{"finish_reason": (str, NONE), "error": NONE, "message": MESSAGE}]}
 
 
-def nested_deeper(value: object, levels: int) -> bool:
-    """value 嵌套超过 levels 层时为真；最多只往下看 levels 层，自己不会递归出错。"""
-    inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-    return bool(inner) and (levels == 0 or any(nested_deeper(v, levels - 1) for v in inner))
+def shaped(spec, value, where):
+    """value 照 spec 的样子变成对象；缺了必须有的、类型不对，就说出是哪个字段。"""
+    if isinstance(spec, dict) and isinstance(value, dict):
+        fields = {key: shaped(kind, value.get(key), f"{where}.{key}") for key, kind in spec.items()}
+        return SimpleNamespace(**fields)
+    if isinstance(spec, list) and isinstance(value, (list, NONE)):
+        return [shaped(spec[0], item, f"{where}[]") for item in value or []]
+    if isinstance(spec, (type, tuple)) and isinstance(value, spec):
+        return value
+    raise ValueError(f"{where} 不对：{clip(value, 60)}")
 
 
-def reply_problem(message: object) -> str:
-    """choices[0].message 里 Loop 要读的字段，第一个缺了或类型不对的，说出名字；没问题是空串。"""
-    if not isinstance(message, dict):
-        return "choices[0] 里没有 message"
-    if not isinstance(message.get("content"), (str, type(None))):
-        return f"content 不是文本：{clip(message['content'], 80)}"
-    calls = message.get("tool_calls")
-    if not isinstance(calls, (list, type(None))):
-        return f"tool_calls 不是列表：{clip(calls, 60)}"
-    for number, call in enumerate(calls or [], start=1):
-        fields = call if isinstance(call, dict) else {}
-        function = fields["function"] if isinstance(fields.get("function"), dict) else {}
-        texts = [function.get("name"), function.get("arguments"), fields.get("id") or ""]
-        if fields.get("type") != "function" or not all(isinstance(text, str) for text in texts):
-            return f"第 {number} 个 Tool Call 的 type、name、arguments 或 id 不对：{clip(call, 60)}"
-    return ""
+# ---- 回复是不是回答：推理块，写成文字的调用 ----
+HINT_WRITTEN_CALL = (
+    "让服务端把调用解析成 tool_calls：vLLM、SGLang 开 tool-call parser；llama.cpp 的模板要教对格式"
+    "（Qwen2.5-Coder 用 templates/qwen2.5-coder-tools.jinja）；Ollama 选带 tools 标签的模型"
+)
 
 
-# ---- 回复是不是回答：finish_reason 的含义、推理块、写成文字的调用 ----
-FINISH_REASONS = {  # OpenAI 协议里的值；表外的值原样引用：它是这个 Provider 自己的说法
-    "length": (MODEL, "输出达到 Token 上限被截断", "调大输出上限，或换上下文更大的模型"),
-    "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_POLICY),
-    "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
-    "function_call": (PROVIDER, "OpenAI 已弃用的旧 functions 协议", HINT_ENDPOINT),
-}
-
-
-def finish_reason_stop(finish_reason: object, with_tool_calls: bool) -> AgentStop:
-    """finish_reason 不是自然结束时的 AgentStop：说出它的含义；有调用时说明一个都没执行。"""
-    unknown = "照这个值的字面意思查 Provider 的文档；它说不出原因（null、空串）就换模型或端点"
-    meaning = (PROVIDER, "不在 OpenAI 协议里，是这个 Provider 自己的值", unknown)
-    link, meaning, hint = FINISH_REASONS.get(str(finish_reason), meaning)  # 值也可能是 [] 或 {}
-    shown = f"finish_reason={clip(json.dumps(finish_reason, ensure_ascii=False), 40)}（{meaning}）"
-    if with_tool_calls:
-        return AgentStop(link, f"有 Tool Call，但 {shown}：不可信，一个工具都没执行", hint)
-    return AgentStop(link, f"模型没有正常结束：{shown}，不能当成最终回答", hint)
-
-
-def without_reasoning(text: str) -> str:
+def without_reasoning(text):
     """去掉开头的推理块 <think>…</think>：可以连着几块，也可以只剩 …</think>；没写完就全是推理。"""
     rest = re.sub(r"^(?:(?:<think>)?(?:(?!<think>).)*?</think>\s*)+", "", text.lstrip(), flags=re.S)
     return "" if rest.startswith("<think>") else rest
 
 
-# 写成文字的调用（服务端没解析出 tool_calls），规则从请求推出：所给工具的名字与它的一个参数绑在一起
-# （"a": 248、a=248、<parameter=a>、>a</，前后都行），中间只隔 GLUE（标点、标签、键，不是一句话）。
-# 不看名字的两条：模板的控制标记 <|…|>、<｜…｜>；回答一开头就是“名字 + 参数”的 JSON。`…` 是引用。
+# 服务端没把调用解析成 tool_calls 时（模板不对、parser 没开），调用落在 content 里。认它的规则
+# 从 TOOLS 推出，不列各家的写法：回答里一段只由“订单的词”连成的文字，既有所给工具的名字、又给它的
+# 一个参数赋了值，就是一张订单。订单的词是名字、赋值和下面这些；别的词、单独的数、句号让这段断开。
+ORDER_GLUE = r"""(?:
+    <[^<>\n]{0,80}>                # 标签、控制标记：<tool_call>、<function=multiply>、<|im_end|>
+  | (?<=>)[^<>\s]{1,40}(?=\s*<)    # 两个标签之间的一个词或值：<arg_key>a</arg_key>、<arg_value>248<
+  | \[[A-Z_]+\]\d*                 # Mistral 的记号：[TOOL_CALLS]、[ARGS]、[CALL_ID]123456789
+  | "\w+"\s*:                      # JSON 的键："name":、"arguments":
+  | ```\w*                         # 代码围栏：```json
+  | :\d+\b                         # 调用的序号：functions.multiply:0
+  | [^\w.。!?！？]                  # 别的标点和空白（句子的结尾不算：话说完了）
+)"""
+# 赋的值：数、字符串、true/false/null，或一个标签的开头（FunctionGemma 的 <escape>248）
+VALUE = r"""(?:-?\d[\d.]*|"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|true|false|null|<)"""
+# 不看名字的两条：模板的控制标记 <|…|>、<｜…｜ 从来不是回答；回答一开头就是“名字 + 参数”的 JSON
 CONTROL_TOKEN = r"<\|[^<>|\s]{1,40}\|>|<｜[^<>｜\n]{1,40}｜"
-GLUE = r"""(?:\s|[!#-\-/:;=-@\[-^`{-~]|"(?:\w+"\s*:)?|<(?:[^<>\n]{1,60}>)?|\[[A-Z_]{1,20}\]\w*"""
-GLUE += r"""|json|\n\w[\w ]{0,20}:)"""  # 标签：<…>，也有 [ARGS] 这样的（Mistral）
-VALUE = r"""\s*[:=](?!=)\s*(?:-?[\d.]+|[\\"'\[{<]|true|false|null)"""  # "a": 248、a=248 的后半
-CALL_HEAD = r'\s*(?:(?:```|~~~)[^\n]*\n)?[\[{\s]*\{\s*"(?:name|tool_name|function)"\s*:\s*"[^"]*"'
-CALL_HEAD += r'\s*,\s*"(?:arguments|parameters|args)"\s*:(?!\s*\{\s*"type"\s*:\s*"object")'
+CALL_HEAD = r'\s*(?:```\w*)?[\s\[{]*\{\s*"(?:name|tool_name|function)"\s*:\s*"[^"\n]*"\s*,\s*'
+CALL_HEAD += r'"(?:arguments|parameters|args)"\s*:(?!\s*\{\s*"type"\s*:\s*"object")'  # 不是 Schema
 
 
-def reject_call_written_as_text(text: str) -> None:
-    """回答其实是写成文字的调用（上面三条规则）时停下；从不从文字里解析、执行它。"""
+def written_orders(text):
+    """回答里写成文字的订单（和漏出的控制标记），每段一项，是原文；从不解析、执行它们。"""
     said = re.sub(r"(`+)(?!`).+?(?<!`)\1(?!`)", " ", text)  # 行内代码是引用，不是订单
-    ordered = any(re.search(order_of(tool["function"]), said) for tool in TOOLS)
-    if ordered or re.search(CONTROL_TOKEN, said) or re.match(CALL_HEAD, said):
-        what = f"模型把调用写成了文字（或漏出了模板的控制标记），端点没解析出来：{clip(text, 120)}"
-        hint = "让服务端解析出 tool_calls：vLLM、SGLang 开 tool-call parser；llama.cpp 加 --jinja，"
-        hint += "模板要教对格式（Qwen2.5-Coder 用 templates/qwen2.5-coder-tools.jinja）；"
-        hint += "Ollama 选带 tools 标签的模型"
-        raise AgentStop(PROVIDER, what, hint)
-
-
-def order_of(function: dict) -> str:
-    """这个工具的订单：它的名字与它的一个参数绑在一起，前后都行，中间最多隔着 40 段 GLUE。"""
-    name = rf"(?<![A-Za-z0-9_-]){re.escape(function['name'])}(?![A-Za-z0-9_-])"
-    p = "|".join(map(re.escape, function["parameters"]["properties"]))
-    bound = rf"""[\\"']*(?:{p})[\\"']*{VALUE}|<[^<>\n]*[\s="'](?:{p})\b[^<>\n]*>"""
-    bound += rf"|(?<=>)\s*(?:{p})\s*</"  # JSON 键或关键字参数；参数标签；<arg_key>a</arg_key>
-    return rf"{name}{GLUE}{{0,40}}?(?:{bound})|(?:{bound}){GLUE}{{0,40}}?{name}"
+    found = re.findall(CONTROL_TOKEN, said) + re.findall(f"^{CALL_HEAD}", said)
+    for tool in TOOLS:
+        name = rf"(?<![\w-]){re.escape(tool['function']['name'])}(?![\w-])"  # 名字是一整个词
+        p = "|".join(map(re.escape, tool["function"]["parameters"]["properties"]))
+        assigned = rf"""["'\\]*\b(?:{p})\b["'\\]*\s*[:=]\s*{VALUE}"""  # a=248、"a": 248、a: 248
+        value = (
+            rf"""{assigned}|<[^<>]*=["']?(?:{p})\b[^<>]*>|>(?:{p})</"""  # 或 <parameter=a>、>a</
+        )
+        stretches = re.findall(rf"(?:{value}|{name}|{ORDER_GLUE})+", said, re.X)
+        found += [s.strip() for s in stretches if re.search(name, s) and re.search(value, s)]
+    return list(dict.fromkeys(found))
 
 
 # ---- 文字出去：只显示课文讲到的字段；秘密只经过一道遮罩；每个字都经过同一个出口 ----
-TERMINAL_UNSAFE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 SHOWN = {"role", "content", "tool_calls", "tool_call_id", "id", "type", "function", "name"}
 SHOWN |= {"arguments", "choices", "message", "finish_reason"}  # 课文讲到的字段：一份允许名单
+# 像 key 的一段：sk-…、gsk_…、xai-…、AIza…、JWT、32 位以上的字母数字（智谱）、UUID（火山方舟）
+KEY_LIKE = r"\b(?:sk|gsk|xai)[-_][\w-]{8,}|\bAIza[\w-]{20,}|\beyJ[\w-]{10,}\.[\w.-]+"
+KEY_LIKE += r"|[A-Za-z0-9]{32,}|\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"
+# 终端控制字符和改变文字方向的字符：模型、Provider 写来的字不能操纵终端
+TERMINAL_UNSAFE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 
 
-def as_json(value: object) -> str:
-    """印给人看的 JSON：回复里的对象先变回 dict，再只留课文讲到的字段。"""
-    plain = json.loads(json.dumps(value, default=vars))
-    return json.dumps(for_display(plain), ensure_ascii=False, indent=2)
-
-
-def for_display(value: object, key: str = "") -> object:
-    """课文讲到的字段照常显示，别的（推理、签名、用量……）写成“（已省略）”；开头的推理块也一样。"""
+def for_display(value):
+    """课文讲到的字段照常显示，别的（推理、签名、用量……）写成“（已省略）”，不论它叫什么。"""
     if isinstance(value, dict):
-        return {k: for_display(v, k) if k in SHOWN else "（已省略）" for k, v in value.items()}
+        return {k: for_display(v) if k in SHOWN else "（已省略）" for k, v in value.items()}
     if isinstance(value, list):
-        return [for_display(item, key) for item in value]
-    if key == "content" and isinstance(value, str) and without_reasoning(value) != value.lstrip():
-        return "<think>（已省略）</think>" + without_reasoning(value)
+        return [for_display(item) for item in value]
     return value
 
 
-def secret_mask(environment: dict) -> object:
-    """唯一的遮罩：秘密（key、像 key 的段、地址里的密码）三种写法从前 8 个字符起整段换成 ***。"""
-    secrets = {environment.get("OPENAI_API_KEY", "").strip()}
-    for value in environment.values():
-        secrets.update(KEY_LIKE.findall(value) + re.findall(r"://[^/@\s:]*:([^/@\s]+)@", value))
-    forms = {f for s in secrets for f in (s, json.dumps(s)[1:-1], quote(s, "", None, "replace"))}
-    forms |= {form.replace("/", "\\/") for form in forms}  # JSON 也可以把 / 写成 \/（PHP 默认如此）
+def secret_mask(environment):
+    """唯一的遮罩：key 和环境里像 key 的段，原样、JSON 转义（含 \\/）、%-转义三种写法，从前 8 个字符
+    起整段换成 ***；地址里的用户名密码换成 ***；终端控制字符写成 \\u 转义。"""
+    forms = set()
+    for secret in {environment.get("OPENAI_API_KEY", ""), *re.findall(KEY_LIKE, str(environment))}:
+        # JSON 转义：key 里只有 / 会变（PHP 写成 \/）；%-转义：写进网址的
+        forms |= {secret, secret.replace("/", "\\/"), quote(secret, "", None, "replace")}
     starts = "|".join(re.escape(form[:8]) for form in forms if len(form) >= 8)
-    alphabet = re.escape("".join(set("".join(forms))))
-    secret = re.compile(f"(?:{starts})[{alphabet}]*" if starts else r"(?!)", re.IGNORECASE)
+    secret = re.compile(rf"(?:{starts})[\w\-./+=%\\]*" if starts else "(?!)", re.IGNORECASE)
 
-    def mask(text: str) -> str:
-        text = re.sub(r"\b([A-Za-z][\w+.-]*://)[^\s/@]+@", r"\1***@", secret.sub("***", text))
+    def mask(text):
+        text = secret.sub("***", text.replace("\r\n", "\n"))  # 单独的 \r 在下面转义
+        text = re.sub(r"\b([A-Za-z][\w+.-]*://)[^\s/@]+@", r"\1***@", text)
         return re.sub(TERMINAL_UNSAFE, lambda match: f"\\u{ord(match[0]):04x}", text)
 
     return mask
 
 
-class SafeOutput:
-    """包住 stdout/stderr：每个字先过遮罩，写完就冲刷（2>&1 时先后才对）；写不出去就不再写。"""
+class MaskedOutput(io.TextIOBase):
+    """包住 stdout/stderr：每个字先过遮罩再写，写完就冲刷（2>&1 时先后才对）。写不出去（管道已关、
+    磁盘满）就接到空设备，不再出错：退出码仍是这次运行自己的。"""
 
-    def __init__(self, stream: object, mask: object, dumb: bool = False):
+    def __init__(self, stream, mask):
         self.stream = stream
         self.mask = mask
-        self.failed = stream is None  # 2>&- 时 sys.stderr 是 None
-        self.erasable = not dumb and getattr(stream, "isatty", bool)()  # TERM=dumb 不认 \r
 
-    def write(self, text: str) -> int:
-        text = self.mask(text.replace("\r\n", "\n"))  # 单独的 \r 才转义
-        encoding = getattr(self.stream, "encoding", None) or "utf-8"
-        self.put(text.encode(encoding, "backslashreplace").decode(encoding))
-        return len(text)
-
-    def flush(self) -> None:
-        self.put("")
-
-    def put(self, text: str) -> None:
+    def write(self, text):
         try:
-            if not self.failed:
-                self.stream.write(text)
-                self.stream.flush()
-        except (OSError, ValueError):  # 管道已关、磁盘已满、流已关闭
-            self.failed = True
-            with contextlib.suppress(Exception):  # 退出时 Python 还会冲刷它：剩下的字节写进空设备
+            self.stream.write(self.mask(text))
+            self.stream.flush()
+        except (OSError, ValueError):  # 管道已关、磁盘已满：剩下的字（和退出时的冲刷）进空设备
+            with contextlib.suppress(OSError, ValueError):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+        return len(text)
 
 
 # ---- 命令行：解析参数、运行，把停下变成两行说明；异常的类决定退出码，别的异常是 bug ----
@@ -901,79 +879,91 @@ HELP = """\
   问题默认“帮我算一下 248 乘以 15”；--show-messages 在结束后（失败时也一样）把消息历史打印成 JSON
   在线运行读 OPENAI_API_KEY、OPENAI_MODEL、OPENAI_BASE_URL、OPENAI_TIMEOUT（怎么填见 README）
 退出码：0 有回答（不保证对）；1 Loop 被停下或程序出错；2 用法或配置错误；3 请求失败；130 Ctrl-C"""
+USAGE = HELP.splitlines()[0] + "（--help 看说明）"
 OPTIONS = ("--self-check", "--demo", "--show-messages", "--help", "-h")
 
 
-def run_command(argv: list, environment: dict, waiting: object) -> int:
+def run_command(argv, environment):
     """解析参数（像 -x、--word 的才是选项，"-7 乘以 6" 仍是问题），然后自检、演示或在线运行。"""
-    end = argv.index("--") if "--" in argv else len(argv)  # -- 之后的都是问题
-    options = [arg for arg in argv[:end] if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", arg)]
-    words = [arg for arg in argv[:end] if arg not in options] + argv[end + 1 :]
-    question = " ".join(words).strip() or DEFAULT_QUESTION
-    problem = next((f"不认识的选项：{clip(o, 80)}" for o in options if o not in OPTIONS), "")
-    if re.search("[\ud800-\udfff]", question):  # 终端编码不对时，混进了 UTF-8 发不出去的字符
-        problem = problem or "问题里有无法按 UTF-8 发送的字符，检查终端编码"
+    # 中文输入法把 -- 打成 ——、－－：这样的词也是选项，只是写错了
+    options = [arg for arg in argv if re.fullmatch(r"(--?|[—－–]+)[A-Za-z][\w-]*(=.*)?", arg)]
+    question = " ".join(arg for arg in argv if arg not in options).strip() or DEFAULT_QUESTION
     if "-h" in options or "--help" in options:
         print(HELP)
         return EXIT_OK
-    if problem:
-        print(f"参数错误：{problem}\n{HELP.splitlines()[0]}（--help 看说明）", file=sys.stderr)
+    for option in set(options) - set(OPTIONS):
+        meant = re.sub("^[—－–]+", "--", option)
+        problem = f"{option}（横线是全角的，应为 {meant}）" if meant in OPTIONS else option
+        print(f"参数错误：不认识的选项 {clip(problem, 120)}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE
-    if "--self-check" in options or "--demo" in options:
-        return self_check() if "--self-check" in options else demo()
+    if "--self-check" in options:
+        return self_check()
+    if "--demo" in options:
+        return demo()
+    return run_online(question, environment, "--show-messages" in options)
+
+
+def run_online(question, environment, show_messages):
+    """在线跑一轮：打印回答（回答里还有写成文字的调用，就在 stderr 说出来），或两行报告。"""
     messages = []
     config = {}
-    refused = None
     try:
         config = check_config(environment)
-        client = make_client(config, waiting)
-        print("Agent> " + run_agent(client, config["model"], question, messages))
-        return EXIT_OK
+        answer = run_agent(make_client(config), config["OPENAI_MODEL"], question, messages)
+        print("Agent> " + answer)
     except AgentStop as stop:
         report(stop, config, messages)
-        refused = stop.refused
         return stop.exit_code
-    finally:  # 失败了、按了 Ctrl-C 也打印：看得到停在了哪里
-        if "--show-messages" in options and messages:
-            print(as_json(messages))
-        if "--show-messages" in options and refused is not None:
-            print(f"被拒收、没有写进历史的响应（停下的原因在这里）：\n{as_json(refused)}")
+    finally:  # 失败了、按了 Ctrl-C、程序出错也打印：看得到停在了哪里
+        if show_messages and messages:
+            print(json.dumps(for_display(messages), ensure_ascii=False, indent=2))
+    orders = written_orders(answer)  # 只在工具运行过之后才会留下（第一部分 final_answer）
+    if orders:  # 可能是半个回答：执行过的只有上面 step 行里的调用
+        note = (
+            f"回答里写成文字的调用（或模板标记）没有执行，执行过的见 step 行：{' / '.join(orders)}"
+        )
+        print(clip(note, 240), file=sys.stderr)
+    return EXIT_OK
 
 
-def report(stop: AgentStop, config: dict, messages: list, file: object = None) -> None:
+def report(stop, config, messages, file=None):
     """两行：哪一环、第几步、原因（端点的问题写明端点和模型）；最后一个成功事件和建议。"""
-    endpoint = f"；端点 {config['base_url']}，模型 {clip(config['model'], 80)}" if config else ""
-    last_ok = "Harness 已就绪，user 消息已写入历史"
-    if messages and messages[-1]["role"] == "tool":
-        last_ok = f"{clip(messages[-1]['tool_call_id'], 80)} 的 Tool Result 已写入历史"
-    last_ok = f"step {stop.step}: 收到响应" if stop.refused is not None else last_ok
-    last_ok = f"最后一个成功事件：{last_ok}；" if messages else ""
+    model = clip(config.get("OPENAI_MODEL"), 80)
+    endpoint = f"；端点 {config['OPENAI_BASE_URL']}，模型 {model}" if config else ""
     where = f"step {stop.step}: " if stop.step else ""
-    text = f"[{stop.link}] {where}{stop.reason}{endpoint}\n{last_ok}建议：{stop.hint}"
+    last = f"最后一个成功事件：{last_success(stop, messages)}；" if messages else ""
+    text = f"[{stop.link}] {where}{stop.reason}{endpoint}\n{last}建议：{stop.hint}"
     print(text, file=file or sys.stderr)
 
 
-def main(argv: list, environ: dict) -> int:
-    """命令行入口，返回退出码。环境只在这里读一次；所有输出都经过 SafeOutput。"""
+def last_success(stop, messages):
+    """最后一个成功事件：收到了（被拒收的）响应，或历史里最后写入的那条。"""
+    if stop.refused is not None:
+        return f"step {stop.step}: 收到响应"
+    if messages[-1]["role"] == "tool":
+        return f"{clip(messages[-1]['tool_call_id'], 80)} 的 Tool Result 已写入历史"
+    return "Harness 已就绪，user 消息已写入历史"
+
+
+def main(argv, environ):
+    """命令行入口，返回退出码。环境只在这里读一次；所有输出都经过同一道遮罩。"""
     environment = dict(environ)
     mask = secret_mask(environment)
-    out = SafeOutput(sys.stdout, mask)
-    err = SafeOutput(sys.stderr, mask, dumb=environment.get("TERM") == "dumb")
+    out = MaskedOutput(sys.stdout, mask)
+    err = MaskedOutput(sys.stderr, mask)
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            return run_command(argv, environment, err)
+            return run_command(argv, environment)
         except KeyboardInterrupt:  # 无论正在做什么、写什么（包括 | less 里的历史），都只是一行
-            out.failed = True  # 没写完的输出不再写下去
             print("已中断（Ctrl-C）", file=err)
             return 130
         except Exception:  # 不是外部世界的失败，是 Harness 自己（或改过的代码）的 bug：原样可见
-            bug = "[Harness] 程序自身出错了（不是 Provider 或网络的问题；改过代码先查改动）："
-            print(bug, file=err)
+            print(
+                "[Harness] 程序自身出错了（不是 Provider 或网络的错，先查改过的代码）：", file=err
+            )
             traceback.print_exc()
             return EXIT_STOPPED
 
 
 if __name__ == "__main__":
-    exit_code = main(sys.argv[1:], os.environ)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # 收尾时再按 Ctrl-C 也不打出 traceback
-    sys.exit(exit_code)
+    sys.exit(main(sys.argv[1:], os.environ))
