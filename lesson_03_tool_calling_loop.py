@@ -550,7 +550,7 @@ def variable_problem(name, value):
     if name in CERTIFICATES and value and not os.path.exists(value):  # 多半是卸掉的 conda 留下的
         return "指向的路径不存在", f"改成存在的证书，或 unset {name}"
     if not value and name in VARIABLES[:2]:
-        return "没设这个环境变量", f"export {name}=...（本地服务不校验 key，填 local 就行）"
+        return "没设这个环境变量", f"export {name}=...（照 README 填；本地服务的 key 填 local）"
     if not value or name in CERTIFICATES:
         return ()
     if value[0] in "\"'“‘" and value[-1] in "\"'”’":
@@ -787,7 +787,7 @@ def without_reasoning(text):
 # 一个参数赋了值，就是一张订单。订单的词是名字、赋值和下面这些；别的词、单独的数、句号让这段断开。
 ORDER_GLUE = r"""(?:
     <[^<>\n]{0,80}>                # 标签、控制标记：<tool_call>、<function=multiply>、<|im_end|>
-  | (?<=>)[^<>\s]{1,40}(?=\s*<)    # 两个标签之间的一个词或值：<arg_key>a</arg_key>、<arg_value>248<
+  | (?<=>)\s*[^<>\s]{1,40}\s*(?=<)  # 两个标签之间的一个词或值：<arg_key>a</arg_key>、>\n248\n<
   | \[[A-Z_]+\]\d*                 # Mistral 的记号：[TOOL_CALLS]、[ARGS]、[CALL_ID]123456789
   | "\w+"\s*:                      # JSON 的键："name":、"arguments":
   | ```\w*                         # 代码围栏：```json
@@ -815,7 +815,8 @@ def written_orders(text):
         )
         stretches = re.findall(rf"(?:{value}|{name}|{ORDER_GLUE})+", said, re.X)
         found += [s.strip() for s in stretches if re.search(name, s) and re.search(value, s)]
-    return list(dict.fromkeys(found))
+    longest = [order for order in found if not any(order in other != order for other in found)]
+    return list(dict.fromkeys(longest))  # 被更长的一段包住的（开头的 JSON、控制标记）不单算
 
 
 # ---- 文字出去：只显示课文讲到的字段；秘密只经过一道遮罩；每个字都经过同一个出口 ----
@@ -928,11 +929,10 @@ def run_online(question, environment, show_messages):
 
 def report(stop, config, messages, file=None):
     """两行：哪一环、第几步、原因（端点的问题写明端点和模型）；最后一个成功事件和建议。"""
-    model = clip(config.get("OPENAI_MODEL"), 80)
-    endpoint = f"；端点 {config['OPENAI_BASE_URL']}，模型 {model}" if config else ""
+    target = f"；端点 {config['OPENAI_BASE_URL']}，模型 {config['OPENAI_MODEL']}" if config else ""
     where = f"step {stop.step}: " if stop.step else ""
     last = f"最后一个成功事件：{last_success(stop, messages)}；" if messages else ""
-    text = f"[{stop.link}] {where}{stop.reason}{endpoint}\n{last}建议：{stop.hint}"
+    text = f"[{stop.link}] {where}{stop.reason}{target}\n{last}建议：{stop.hint}"
     print(text, file=file or sys.stderr)
 
 
