@@ -38,11 +38,6 @@ def calls(*tool_calls):
     return fake_response("tool_calls", tool_calls=list(tool_calls))
 
 
-def plain(value):
-    """A reply as read_reply built it (objects), back as the JSON a provider sent."""
-    return json.loads(json.dumps(value, default=vars))
-
-
 def reported(stop, messages):
     """The two lines report() prints for a stop: [link] step N: reason / last event and hint."""
     printed = io.StringIO()
@@ -218,7 +213,7 @@ UNNATURAL_ENDS = ["error", "sensitive", "network_error", "eos", "model_length", 
 LOOP_STOPS.update(
     {
         f"final with {reason!r}": (fake_response(reason, content="3720"), "Provider")
-        for reason in [*UNNATURAL_ENDS, [], {}]
+        for reason in UNNATURAL_ENDS
     }
 )
 
@@ -229,7 +224,6 @@ def test_untrustworthy_replies_stop_the_loop_before_anything_runs(response, link
     assert isinstance(outcome, AgentStop) and not isinstance(outcome, RequestFailed)
     assert (outcome.link, outcome.exit_code, outcome.step) == (link, 1, 1)
     assert last_event(outcome, messages) == "最后一个成功事件：step 1: 收到响应"
-    assert plain(outcome.refused) == response  # --show-messages shows what was refused
     assert len(client.requests) == 1
     assert messages == ONLY_THE_QUESTION  # the refused reply is not written to the history
     assert not any("call_id=" in line for line in lines)
@@ -249,7 +243,10 @@ GATE_REFUSALS = {
     "numeric id": calls(fake_call(7)),
     "missing function": calls(without_key(fake_call("c"), "function")),
     "null function": calls(call_with(function=None)),
-    "custom tool type": calls(call_with(type="custom")),
+    # OpenAI's custom tools: the call carries `custom` (free-form input), no `function`
+    "a custom tool call": calls(
+        {"id": "c", "type": "custom", "custom": {"name": "multiply", "input": "248 15"}}
+    ),
     "function without arguments": calls(call_function(name="multiply")),
     "arguments is an object": calls(call_function(name="multiply", arguments={"a": 248})),
     "name is null": calls(call_function(name=None, arguments='{"a":248,"b":15}')),
@@ -263,6 +260,8 @@ GATE_REFUSALS = {
     "a list": [final()],
     "choice without message": {"choices": [{"index": 0, "finish_reason": "stop"}]},
     "message is text": {"choices": [{"message": ANSWER, "finish_reason": "stop"}]},
+    "finish_reason is a list": fake_response([], content="3720"),
+    "finish_reason is an object": fake_response({}, content="3720"),
     "http 200 error body": {"error": {"message": "upstream down"}},
 }
 
@@ -312,12 +311,17 @@ def test_the_stop_line_and_the_reason_name_the_finish_reason(reason):
     assert lines == [f"step 1: finish_reason={reason or json.dumps(reason)}"]
 
 
-@pytest.mark.parametrize("reason", sorted(lesson.FINISH_REASONS))
-def test_each_known_finish_reason_stops_with_its_own_link_and_hint(reason):
+KNOWN_STOPS = [(reason, None) for reason in sorted(lesson.FINISH_REASONS)]
+KNOWN_STOPS += [("length", [fake_call("c")]), ("content_filter", [fake_call("c")])]
+
+
+@pytest.mark.parametrize(("reason", "tool_calls"), KNOWN_STOPS)
+def test_each_known_finish_reason_stops_with_its_own_link_and_hint(reason, tool_calls):
     link, meaning, hint = lesson.FINISH_REASONS[reason]
-    outcome, *_ = run_fake(fake_response(reason, content="x"))
+    outcome, _, messages, lines = run_fake(fake_response(reason, "x", tool_calls), final())
     assert (outcome.link, outcome.hint) == (link, hint)
     assert meaning in outcome.reason
+    assert messages == ONLY_THE_QUESTION and not any("call_id=" in line for line in lines)
 
 
 def test_a_length_stop_is_the_models_and_names_its_output_cap():
@@ -326,23 +330,21 @@ def test_a_length_stop_is_the_models_and_names_its_output_cap():
     assert outcome.hint == lesson.FINISH_REASONS["length"][2]
 
 
-def test_function_call_is_named_as_the_deprecated_openai_value():
-    outcome, *_ = run_fake(fake_response("function_call", content=None))
-    unknown = lesson.finish_reason_stop("eos", with_tool_calls=False)
-    assert "function_call" in outcome.reason and outcome.reason != unknown.reason
-    assert unknown.reason.split("（", 1)[1] not in outcome.reason  # not "not in the protocol"
-
-
-def test_a_value_outside_the_protocol_is_quoted_and_read_literally():
-    outcome, *_ = run_fake(fake_response("eos", tool_calls=[fake_call("c")]))
-    assert '"eos"' in outcome.reason and outcome.link == "Provider"
+@pytest.mark.parametrize("with_calls", [False, True], ids=["final", "tool calls"])
+@pytest.mark.parametrize("reason", ["eos", "sensitive", "", None])
+def test_a_value_outside_the_protocol_is_quoted_and_read_literally(reason, with_calls):
+    tool_calls = [fake_call("c")] if with_calls else None
+    outcome, client, messages, _ = run_fake(fake_response(reason, "3720", tool_calls), final())
+    link, meaning, hint = lesson.NOT_IN_PROTOCOL
+    assert (outcome.link, outcome.hint, outcome.exit_code) == (link, hint, 1)
+    assert json.dumps(reason) in outcome.reason and meaning in outcome.reason
+    assert messages == ONLY_THE_QUESTION and len(client.requests) == 1
 
 
 def test_a_later_stop_reports_the_last_successful_event():
     outcome, client, messages, _ = run_fake(calls(fake_call("call_1")), fake_response("length"))
     assert len(client.requests) == 2
     assert outcome.step == 2
-    assert plain(outcome.refused) == fake_response("length")
     assert last_event(outcome, messages) == "最后一个成功事件：step 2: 收到响应"
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
 
@@ -500,7 +502,7 @@ def test_an_empty_final_answer_stops_the_loop_naming_the_model(content):
     assert isinstance(outcome, AgentStop)
     assert (outcome.link, outcome.exit_code, outcome.step) == ("Model", 1, 1)
     assert "空回答" in outcome.reason
-    assert plain(outcome.refused) == final(content)
+    assert last_event(outcome, messages) == "最后一个成功事件：step 1: 收到响应"
     assert messages == ONLY_THE_QUESTION and len(client.requests) == 1
     assert lines == ["step 1: finish_reason=stop"]
 
@@ -527,9 +529,11 @@ def test_a_refusal_stops_the_loop_and_shows_the_refusal():
     assert messages == ONLY_THE_QUESTION
 
 
-# Smoke tests only: the rule for calls written as text (issue 29) is tested in
-# tests/test_written_calls.py. Here: run_agent refuses such a reply and does not keep it.
+# Smoke tests only: the rule for calls written as text (issues 29, 36) is tested in
+# tests/test_written_calls.py. Here: run_agent refuses such a reply and does not keep it, and
+# after a tool ran it keeps a reply that reports the call.
 WRITTEN_CALL = '```json\n{"name": "multiply", "arguments": {"a": 248, "b": 15}}\n```'
+WRAPPED_CALL = '<tool_call>\n{"name": "multiply", "arguments": {"a": 6, "b": 7}}\n</tool_call>'
 
 
 def test_a_call_written_as_text_stops_the_loop_and_runs_nothing():
@@ -542,11 +546,18 @@ def test_a_call_written_as_text_stops_the_loop_and_runs_nothing():
 
 
 def test_a_call_written_as_text_after_a_real_one_keeps_only_the_real_turn():
-    outcome, client, messages, _ = run_fake(calls(fake_call("call_1")), final(WRITTEN_CALL))
-    assert (outcome.link, outcome.step) == ("Provider", 2)
-    assert plain(outcome.refused) == final(WRITTEN_CALL)
+    outcome, client, messages, lines = run_fake(calls(fake_call("call_1")), final(WRAPPED_CALL))
+    assert (outcome.link, outcome.exit_code, outcome.step) == ("Provider", 1, 2)
+    assert last_event(outcome, messages) == "最后一个成功事件：step 2: 收到响应"
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
-    assert len(client.requests) == 2
+    assert len(client.requests) == 2 and sum("call_id=" in line for line in lines) == 1
+
+
+def test_after_a_real_call_a_reply_that_reports_it_is_the_answer_and_is_kept():
+    report = "| multiply | a=248, b=15 | 3720 |"
+    outcome, client, messages, _ = run_fake(calls(fake_call("call_1")), final(report))
+    assert outcome == report and len(client.requests) == 2
+    assert messages[-1] == {"role": "assistant", "content": report}
 
 
 def test_pairing_problems_names_unanswered_and_unknown_results():
@@ -567,11 +578,6 @@ def test_pairing_problems_names_unanswered_and_unknown_results():
         ({"error": "plain string"}, "plain string"),
         ([{"error": {"code": 400, "message": "m3"}}], "m3"),
         ({"code": 20015, "message": "m4", "data": None}, "m4"),
-        (
-            "<html><head><title>502 Bad Gateway</title></head><body>x</body></html>",
-            "502 Bad Gateway",
-        ),
-        ("<p>no\n\ntitle</p>", "no title"),
         ({"detail": "fastapi style"}, "fastapi style"),
         ({"error_msg": "baidu style"}, "baidu style"),
         ({"msg": "zhipu style"}, "zhipu style"),
@@ -591,17 +597,20 @@ def test_provider_words_reads_every_error_envelope(body, text):
     assert text in lesson.provider_words(body if isinstance(body, str) else json.dumps(body))
 
 
-def test_a_hostile_error_page_is_read_from_a_bounded_prefix():
-    hostile = "<title>" * 40_000  # 280 KB, no closing tag: quadratic with a naive regex
+def test_an_html_error_page_has_no_words_and_is_quoted_as_it_is():
+    page = "<html><head><title>502 Bad Gateway</title></head><body>x</body></html>"
+    assert lesson.provider_words(page) == ""
+    stop = lesson.provider_failure("HTTP 502：", 502, page)
+    assert (stop.link, stop.exit_code) == ("Provider", 3)
+    assert stop.reason == f"HTTP 502：{page}"
+
+
+def test_a_huge_error_page_is_quoted_from_a_bounded_prefix():
+    hostile = "<title>" * 40_000  # 280 KB
     assert lesson.provider_words(hostile) == ""
     stop = lesson.provider_failure("HTTP 502：", 502, hostile)  # no words: the body is quoted
     assert (stop.link, stop.exit_code) == ("Provider", 3)
     assert "<title>" in stop.reason and len(stop.reason) < 300
-    late_title = "<p>" + "a" * 4000 + "</p><title>Late title</title>"
-    late_words = lesson.provider_words(late_title)
-    assert late_words.startswith("aaa") and "Late title" not in late_words  # past the prefix
-    unclosed = "<title>502 Bad Gateway" + " <p>" * 20_000
-    assert lesson.provider_words(unclosed).startswith("502 Bad Gateway")
 
 
 def test_an_empty_body_has_no_words_and_is_still_described():
@@ -709,8 +718,8 @@ def test_any_provider_output_ends_in_an_answer_or_an_agent_stop(responses):
     mask = lesson.secret_mask({})
     for line in lines:  # what reaches a person passes the mask: printed safely, whatever came
         assert terminal_safe(mask(line))
-    for message in messages:
-        lesson.request_bytes(message)  # the next request can be sent
+    # the next request can be sent: JSON without NaN, text without lone surrogates
+    json.dumps(messages, ensure_ascii=False, allow_nan=False).encode()
     assert pairing_problems(messages) == []
     if isinstance(outcome, AgentStop):
         assert outcome.link in {"Harness", "Provider", "Model"}

@@ -125,16 +125,27 @@ PLANTED_BUGS = {
         "if not any(False",
     ),
     "call written as text accepted": (
-        "    reject_call_written_as_text(text)\n    return text",
-        "    return text",
+        'if orders and (not tool_ran or not re.search(r"[^\\W_]", left)):',
+        "if False:",
+    ),
+    # issue 36: after a tool ran, a reply that reports the call (a table) is the answer
+    "a report of the call refused after a tool ran": (
+        'if orders and (not tool_ran or not re.search(r"[^\\W_]", left)):',
+        "if orders:",
+    ),
+    "the loop never says a tool ran": (
+        'tool_ran=messages[-1]["role"] == "tool"',
+        "tool_ran=False",
     ),
     "a refused final answer written to the history": (
-        "answer = final_answer(message)\n                messages.append(reply)",
-        "messages.append(reply)\n                answer = final_answer(message)",
+        'answer = final_answer(message, tool_ran=messages[-1]["role"] == "tool")\n'
+        "                messages.append(reply)",
+        "messages.append(reply)\n"
+        '                answer = final_answer(message, tool_ran=messages[-2]["role"] == "tool")',
     ),
     "any finish_reason taken as a final answer": (
-        "raise finish_reason_stop(choice.finish_reason, with_tool_calls=False)",
-        "return final_answer(message)",
+        "                return answer\n            raise unfinished(choice)",
+        "                return answer\n            return final_answer(message, tool_ran=False)",
     ),
     # issue 24: Ollama, old LM Studio and llama-cpp-python refuse content: null beside calls
     "content null kept beside tool calls": (

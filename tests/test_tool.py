@@ -1,9 +1,12 @@
-"""The tool and its router: multiply() types and range, execute_tool() never raises."""
+"""The tool and its router: multiply() types and range, execute_tool() never raises.
+
+execute_tool() is given the calls the gate read_reply() builds from a provider's bytes, so
+function.name and function.arguments are always strings here (a call whose arguments are not a
+string never reaches the router: tests/test_loop.py, the gate's refusals)."""
 
 import ast
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
@@ -14,10 +17,12 @@ from lesson_03_tool_calling_loop import MAX_ABS_VALUE, execute_tool, multiply
 
 
 def call(arguments, name="multiply"):
-    """A tool call shaped like the SDK's, built from raw model output."""
-    return SimpleNamespace(
-        id="call_1", type="function", function=SimpleNamespace(name=name, arguments=arguments)
+    """One tool call as run_agent gets it: the provider's JSON, read by the real gate."""
+    body = lesson.fake_response(
+        "tool_calls", tool_calls=[lesson.fake_call("call_1", arguments, name)]
     )
+    (tool_call,) = lesson.read_reply([json.dumps(body).encode()]).choices[0].message.tool_calls
+    return tool_call
 
 
 def run(arguments, name="multiply"):
@@ -106,15 +111,8 @@ def test_bad_arguments_become_controlled_errors(arguments, message_part):
 
 
 @pytest.mark.parametrize(
-    "arguments", [None, {"a": 248, "b": 15}, 248, b'{"a":248,"b":15}'], ids=repr
+    "name", ["delete_files", "", "Multiply", "multiply ", "functions.multiply"]
 )
-def test_arguments_that_are_not_a_string_are_refused(arguments):
-    result = run(arguments)
-    assert (result["status"], set(result)) == ("error", {"status", "message"})
-    assert "JSON 字符串" in result["message"]
-
-
-@pytest.mark.parametrize("name", ["delete_files", "", None, "Multiply", "multiply ", 42])
 def test_unknown_tool_names_are_refused(name):
     result = run('{"a":248,"b":15}', name)
     assert result["status"] == "error"
@@ -167,11 +165,13 @@ json_values = st.recursive(
     ),
     max_leaves=8,
 )
+# What a model may write, as the gate hands it on: strings (a lone surrogate would not pass the
+# gate, which refuses a reply it could not send back)
+model_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
 any_arguments = st.one_of(
-    st.text(max_size=60),
+    model_text,
     json_values.map(json.dumps),
     st.dictionaries(st.sampled_from(["a", "b", "c", ""]), json_values, max_size=4).map(json.dumps),
-    json_values,
 )
 
 
@@ -182,17 +182,13 @@ def strict_object(pairs):
     return dict(pairs)
 
 
-@given(
-    name=st.one_of(st.just("multiply"), st.text(max_size=10), st.none()), arguments=any_arguments
-)
+@given(name=st.one_of(st.just("multiply"), model_text), arguments=any_arguments)
 def test_router_never_raises_and_completes_only_for_two_real_ints(name, arguments):
     result = json.loads(execute_tool(call(arguments, name)))
-    parsed = None
-    if isinstance(arguments, str):  # all short: the length cap is tested on its own above
-        try:
-            parsed = json.loads(arguments, object_pairs_hook=strict_object)
-        except ValueError:
-            parsed = None
+    try:  # all short: the length cap is tested on its own above
+        parsed = json.loads(arguments, object_pairs_hook=strict_object)
+    except ValueError:
+        parsed = None
     valid = (
         name == "multiply"
         and isinstance(parsed, dict)

@@ -1,18 +1,26 @@
-"""Issue 29: a call written as text is an order for an offered tool, in any chat template's syntax.
+"""Issues 29 and 36: a call written as text, in any chat template's syntax; when it is an answer.
 
 When a server does not parse the model's tool call, the call arrives as `message.content` with
-finish_reason=stop. The rule (part 3, banner 回复是不是回答: reject_call_written_as_text, called
-by final_answer) refuses it: AgentStop, link Provider, exit 1, nothing executed, nothing printed.
+finish_reason=stop. Part 3's written_orders() finds the orders in a reply (an offered tool's name
+bound to one of its parameters, in any markup; a template's control token <|...|>; a reply that
+starts with a JSON {"name": ..., "arguments": ...} call, whatever the name), and part 1's
+final_answer() decides:
+- no tool has run yet in this Turn: a reply holding an order stops the loop (AgentStop, link
+  Provider, exit 1, nothing executed, no answer printed);
+- a tool has run: the reply is the answer (exit 0), it most likely reports that call, unless
+  nothing but the order is left once the orders are taken out (then it stops as before). When the
+  printed answer holds an order, one line on stderr says it was not executed and quotes it.
 
-The corpus: the raw model outputs that the tool-call parser tests of vLLM, SGLang and llama.cpp
-feed their parsers, one family per syntax. The syntax is theirs (the file is named beside each
-family); the strings are ours, with the lesson's call multiply(a=248, b=15). Each family is
-refused alone, after a line of prose and, where the family has a parallel form, with two calls.
-Then the near misses: answers that name the tool, quote a tag, show a table or code, and must
-print. Every corpus reply goes through run_agent() (part 2's FakeClient, the real read_reply
-gate), so "refused" means the loop stopped with nothing run and "prints" means run_agent returned
-the answer; a few go through main() too (exit 1 / exit 0 and the Agent> line). The property tests
-call final_answer(), the check run_agent makes, for speed.
+The corpus (the specification of what an order is): the raw model outputs that the tool-call
+parser tests of vLLM, SGLang and llama.cpp feed their parsers, one family per syntax. The syntax is
+theirs (the file is named beside each family); the strings are ours, with the lesson's call
+multiply(a=248, b=15). Each family is refused alone, after a line of prose and, where the family
+has a parallel form, with two calls. Then the near misses: answers that name the tool, quote a tag,
+show a table or code, and must print. Every corpus reply goes through run_agent() (part 2's
+FakeClient, the real read_reply gate), so "refused" means the loop stopped with nothing run and
+"prints" means run_agent returned the answer. Issue 36's promises go through main() over real HTTP
+(exit code, the Agent> line, the note on stderr). The property tests call final_answer(), the check
+run_agent makes, for speed.
 """
 
 from __future__ import annotations
@@ -23,18 +31,32 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import lesson_03_tool_calling_loop as lesson
-from lesson_03_tool_calling_loop import AgentStop, RequestFailed, fake_response
-from tests.provider_server import completion, recording
-from tests.runs import run_in_process
+from lesson_03_tool_calling_loop import AgentStop, RequestFailed, fake_response, fake_turn
+from tests.provider_server import ARTICLE_TOOL_TURN, completion, recording, tool_call
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
 QUESTION = [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
+RESULT_3720 = '{"status":"completed","result":3720}'
+# The history after one good multiply round (part 2's fake_turn), before the reply under test
+AFTER_A_TOOL = [
+    *QUESTION,
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [lesson.fake_call("call_1")],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": RESULT_3720},
+]
+# The note run_online prints on stderr after an answer that holds an order: the promise is its
+# start (issue 36), the rest quotes the orders
+NOTE = "回答里写成文字的调用（或模板标记）没有执行"
 
 
 # ---- how a reply is judged: one turn of run_agent ---------------------------------------------
@@ -52,11 +74,12 @@ class Turn:
         return isinstance(self.outcome, str)
 
 
-def turn(content: str, question: str = lesson.DEFAULT_QUESTION) -> Turn:
+def turn(content: str, question: str = lesson.DEFAULT_QUESTION, tool_ran: bool = False) -> Turn:
     """run_agent with one finish_reason=stop reply whose content is `content` (and a plain answer
-    after it, in case the loop wrongly asked again)."""
+    after it, in case the loop wrongly asked again); with tool_ran, a good multiply round first."""
+    first = [fake_turn("call_1")] if tool_ran else []
     client = lesson.FakeClient(
-        fake_response("stop", content=content), fake_response("stop", content="3720")
+        *first, fake_response("stop", content=content), fake_response("stop", content="3720")
     )
     messages: list = []
     with contextlib.redirect_stdout(io.StringIO()) as printed:
@@ -67,36 +90,33 @@ def turn(content: str, question: str = lesson.DEFAULT_QUESTION) -> Turn:
     return Turn(outcome, len(client.requests), messages, printed.getvalue().splitlines())
 
 
-def written_call_hint() -> str | None:
-    """The hint the rule gives, read from the rule itself, so that a written call's stop can be
-    told from the other Provider stops (finish_reason, a bad reply) without quoting its words."""
-    try:
-        lesson.reject_call_written_as_text("<|python_tag|>[multiply(a=248, b=15)]")
-    except AgentStop as stop:
-        return stop.hint
-    return None
-
-
-def assert_refused(content: str, **turn_args) -> None:
-    result = turn(content, **turn_args)
-    stop = result.outcome
+def assert_written_call_stop(stop: object, content: str, step: int) -> None:
     assert isinstance(stop, AgentStop), f"printed as the answer: {content!r}"
     assert not isinstance(stop, RequestFailed)
-    assert (stop.link, stop.exit_code, stop.step) == ("Provider", 1, 1)
-    assert stop.hint == written_call_hint() is not None, stop.reason
+    assert (stop.link, stop.exit_code, stop.step) == ("Provider", 1, step)
+    assert stop.hint == lesson.HINT_WRITTEN_CALL, stop.reason  # not another Provider stop
     # what the model wrote is quoted (after the reasoning, which is never printed)
     assert lesson.clip(lesson.without_reasoning(content), 120) in stop.reason
+
+
+def assert_refused(content: str, tool_ran: bool = False, **turn_args) -> None:
+    result = turn(content, tool_ran=tool_ran, **turn_args)
+    assert_written_call_stop(result.outcome, content, step=2 if tool_ran else 1)
     # nothing ran, nothing was asked again, the refused reply is not in the history
-    assert result.requests == 1 and result.messages == QUESTION
-    assert result.lines == ["step 1: finish_reason=stop"]
+    if tool_ran:
+        assert result.requests == 2 and result.messages == AFTER_A_TOOL
+        assert result.lines[2:] == ["step 2: finish_reason=stop"]
+    else:
+        assert result.requests == 1 and result.messages == QUESTION
+        assert result.lines == ["step 1: finish_reason=stop"]
 
 
-def assert_prints(content: str, **turn_args) -> None:
-    result = turn(content, **turn_args)
+def assert_prints(content: str, tool_ran: bool = False, **turn_args) -> None:
+    result = turn(content, tool_ran=tool_ran, **turn_args)
     assert result.printed, f"refused: {content!r}: {getattr(result.outcome, 'reason', '')}"
     assert result.outcome == lesson.without_reasoning(content)
     assert result.messages[-1] == {"role": "assistant", "content": content}
-    assert result.requests == 1
+    assert result.requests == 1 + tool_ran
 
 
 # ---- the families -------------------------------------------------------------------------------
@@ -416,8 +436,19 @@ CASES += [pytest.param(f.two, id=f"{f.name}: two calls") for f in FAMILIES if f.
 
 
 @pytest.mark.parametrize("content", CASES)
-def test_every_familys_call_written_as_text_is_refused(content):
+def test_with_no_tool_run_yet_every_familys_call_written_as_text_is_refused(content):
     assert_refused(content)
+
+
+# Issue 36: once a tool has run in this Turn, a reply that reports the result beside a written call
+# is the answer (the note on stderr quotes the call; tests below). The sentence goes after the
+# call: before it, the ERNIE family's </think> would make it reasoning.
+REPORTED = "\n上面就是我用的调用，248 乘以 15 等于 3720。"
+
+
+@pytest.mark.parametrize("content", [pytest.param(f.one + REPORTED, id=f.name) for f in FAMILIES])
+def test_after_a_tool_ran_every_familys_call_beside_a_sentence_is_the_answer(content):
+    assert_prints(content, tool_ran=True)
 
 
 # FunctionGemma writes every value between <escape> markers (vLLM
@@ -454,7 +485,9 @@ def test_a_kimi_call_whose_special_tokens_were_stripped_is_refused(content):
 
 
 # ---- judgement calls (decided by the lead; REFERENCE says which way) ----------------------------
-# A reply that is both an answer and an order is refused: printing an order is the danger.
+# With no tool run yet in this Turn, a reply that is both an answer and an order is refused: the
+# answer cannot come from a tool, and printing an order is the danger. (After a tool ran, such
+# replies are answers with a note: issue 36, below.)
 
 JUDGEMENT_REFUSED = {
     # a call object that also carries a result the model made up: still a call
@@ -480,7 +513,7 @@ JUDGEMENT_REFUSED = {
 
 
 @pytest.mark.parametrize("content", JUDGEMENT_REFUSED.values(), ids=JUDGEMENT_REFUSED.keys())
-def test_a_reply_that_is_both_an_answer_and_an_order_is_refused(content):
+def test_with_no_tool_run_yet_a_reply_that_is_both_an_answer_and_an_order_is_refused(content):
     assert_refused(content)
 
 
@@ -530,9 +563,10 @@ NEAR_MISSES = {
 }
 
 
+@pytest.mark.parametrize("tool_ran", [False, True], ids=["no tool ran", "a tool ran"])
 @pytest.mark.parametrize("content", NEAR_MISSES.values(), ids=NEAR_MISSES.keys())
-def test_a_near_miss_is_an_answer_and_prints(content):
-    assert_prints(content)
+def test_a_near_miss_is_an_answer_and_prints(content, tool_ran):
+    assert_prints(content, tool_ran=tool_ran)
 
 
 @pytest.mark.parametrize(
@@ -577,6 +611,64 @@ def test_the_order_is_read_from_the_offered_tools(monkeypatch):
     assert_prints("times(a=248) 不是它的参数。")
 
 
+# ---- the two rules that need no tool's name ----------------------------------------------------
+# A template's control token is never part of an answer, and a reply that starts with a JSON call
+# ({"name": ..., "arguments": ...}, in a fence or a list too) is a call whatever tool it names
+# (recordings 12 and 13 name `hello`, which was never offered).
+
+CONTROL_TOKENS = {
+    "ChatML <|im_end|> after the answer": "248 乘以 15 等于 3720。<|im_end|>",
+    "ChatML <|im_start|> before the answer": "<|im_start|>assistant\n248 乘以 15 等于 3720。",
+    "Llama 3 <|eot_id|>": "248 × 15 = 3720<|eot_id|>",
+    "<|endoftext|> alone": "<|endoftext|>",
+    "DeepSeek's full-width <｜end▁of▁sentence｜>": "248 × 15 = 3720<｜end▁of▁sentence｜>",
+}
+
+
+@pytest.mark.parametrize("content", CONTROL_TOKENS.values(), ids=CONTROL_TOKENS.keys())
+def test_with_no_tool_run_yet_a_leaked_control_token_is_refused(content):
+    assert_refused(content)
+
+
+CALLS_OF_ANY_NAME = {
+    "recording 13's greeting": '{"name": "hello", "arguments": {}}',
+    "arguments null in a fence": '```json\n{"name": "hello", "arguments": null}\n```',
+    "a tool never offered": '{"name": "get_weather", "arguments": {"city": "北京"}}',
+    "parameters": '{"name": "search", "parameters": {"query": "248*15"}}',
+    "a list of calls": '[{"name": "lookup", "arguments": {"id": 1}}]',
+    "tool_name and args": '{"tool_name": "calculator", "args": "248*15"}',
+    "function and arguments": '{"function": "calculator", "arguments": "248*15"}',
+    "a call, then a sentence": '{"name": "hello", "arguments": {}} 你好！',
+    "a call after the reasoning": '<think>用户在打招呼</think>\n{"name": "hello", "arguments": {}}',
+}
+
+
+@pytest.mark.parametrize("content", CALLS_OF_ANY_NAME.values(), ids=CALLS_OF_ANY_NAME.keys())
+def test_with_no_tool_run_yet_a_reply_that_starts_with_a_call_of_any_name_is_refused(content):
+    assert_refused(content)
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["<|endoftext|>", "\n<|im_end|>\n", CALLS_OF_ANY_NAME["recording 13's greeting"]],
+    ids=["a control token", "a control token on its own line", "a call of any name"],
+)
+def test_after_a_tool_ran_a_name_free_order_alone_still_stops(content):
+    assert_refused(content, tool_ran=True)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"name": "add", "parameters": {"type": "object", "properties": {"x": {}}}}',
+        '{"name": "add", "description": "Add two integers", "parameters": {}}',
+    ],
+    ids=["a tool's schema", "a tool's definition"],
+)
+def test_a_reply_that_starts_with_a_tools_definition_is_not_a_call(content):
+    assert_prints(content)
+
+
 # ---- the real recordings keep their classification ----------------------------------------------
 
 
@@ -593,9 +685,7 @@ def test_a_recorded_call_written_as_text_is_refused(number):
     messages: list = []
     with contextlib.redirect_stdout(io.StringIO()), pytest.raises(AgentStop) as stopped:
         lesson.run_agent(client, "fake-model", lesson.DEFAULT_QUESTION, messages)
-    stop = stopped.value
-    assert (stop.link, stop.exit_code, stop.step) == ("Provider", 1, 1)
-    assert stop.hint == written_call_hint() and lesson.clip(content, 120) in stop.reason
+    assert_written_call_stop(stopped.value, content, step=1)
     assert messages == QUESTION and len(client.requests) == 1
 
 
@@ -613,18 +703,67 @@ def test_a_recorded_native_call_and_its_final_answer_are_accepted(call, answer):
     assert json.loads(messages[2]["content"])["status"] == "completed"
 
 
-# ---- end to end: the command line's exit code and its Agent> line -------------------------------
+# ---- the command line: exit code, the Agent> line, the note on stderr ---------------------------
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+    merged: str  # stdout and stderr in the order they were written, as with 2>&1
+
+    @property
+    def err_lines(self) -> list:
+        return self.err.splitlines()
+
+    @property
+    def call_lines(self) -> list:
+        """The step lines of the calls that ran."""
+        return [line for line in self.out.splitlines() if " call_id=" in line]
+
+
+class Stream(io.StringIO):
+    """One of the two streams; everything written also goes to `merged`."""
+
+    def __init__(self, merged: io.StringIO):
+        super().__init__()
+        self.merged = merged
+
+    def write(self, text: str) -> int:
+        self.merged.write(text)
+        return super().write(text)
 
 
 @pytest.fixture
-def run(provider, capsys):
-    def runner(*replies):
+def run(provider):
+    """main() with no arguments against the scripted provider, over real HTTP with the real SDK."""
+
+    def runner(*replies) -> Run:
         provider.script(*replies)
         env = {"OPENAI_API_KEY": "sk-test-written-calls", "OPENAI_MODEL": "qwen2.5-coder-1.5b"}
         env.update(OPENAI_BASE_URL=provider.base_url, OPENAI_TIMEOUT="5")
-        return run_in_process(capsys, env)
+        merged = io.StringIO()
+        out, err = Stream(merged), Stream(merged)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = lesson.main([], env)
+        return Run(code, out.getvalue(), err.getvalue(), merged.getvalue())
 
     return runner
+
+
+ARTICLE_CALL_LINE = f"step 1: multiply call_id=call_1 result={RESULT_3720}"
+
+
+def assert_stopped_on_the_command_line(result: Run, content: str, step: int) -> None:
+    """Exit 1, the Provider link at this step quoting the reply, the hint for written calls; no
+    answer printed and no note."""
+    assert result.code == 1, result.merged
+    first, second = result.err_lines
+    assert first.startswith(f"[Provider] step {step}: ") and lesson.clip(content, 120) in first
+    assert second.endswith(lesson.HINT_WRITTEN_CALL)
+    assert "Agent>" not in result.out and NOTE not in result.err
+    assert "Traceback" not in result.merged
 
 
 @pytest.mark.parametrize(
@@ -638,16 +777,18 @@ def run(provider, capsys):
 )
 def test_on_the_command_line_a_written_call_exits_1_and_prints_no_answer(run, provider, content):
     result = run(completion(content=content), completion(content="3720"))
-    assert result.code == 1, result.everything
-    assert result.err.splitlines()[0].startswith("[Provider] step 1: ")
-    assert "Agent>" not in result.out and len(provider.requests) == 1
-    assert "Traceback" not in result.everything
+    assert_stopped_on_the_command_line(result, content, step=1)
+    assert len(provider.requests) == 1 and result.call_lines == []
 
 
-def test_on_the_command_line_a_near_miss_exits_0_and_prints_the_answer(run):
-    result = run(completion(content=TAG_EXPLAINED))
-    assert (result.code, result.err) == (0, ""), result.everything
-    assert result.out.splitlines() == ["step 1: finish_reason=stop", f"Agent> {TAG_EXPLAINED}"]
+@pytest.mark.parametrize("tool_ran", [False, True], ids=["no tool ran", "a tool ran"])
+def test_on_the_command_line_a_near_miss_exits_0_and_prints_the_answer_without_a_note(
+    run, tool_ran
+):
+    replies = [ARTICLE_TOOL_TURN] if tool_ran else []
+    result = run(*replies, completion(content=TAG_EXPLAINED))
+    assert (result.code, result.err) == (0, ""), result.merged
+    assert result.out.splitlines()[-1] == f"Agent> {TAG_EXPLAINED}"
 
 
 def test_on_the_command_line_the_recorded_turn_prints_its_answer(run):
@@ -655,13 +796,115 @@ def test_on_the_command_line_the_recorded_turn_prints_its_answer(run):
         recording("10-repo-template-native-call-step1")[1],
         recording("11-repo-template-final-answer-step2")[1],
     )
-    assert (result.code, result.err) == (0, ""), result.everything
+    assert (result.code, result.err) == (0, ""), result.merged
     assert result.out.splitlines()[-1] == "Agent> 3720 is the result of multiplying 248 by 15."
+
+
+# ---- issue 36: after a tool ran, a reply that reports the call is the answer --------------------
+# Each reply and (hand-written) the part of it the note must quote. The note is one line: the
+# reply's line breaks become spaces there.
+
+REPORTS = {
+    "a keyword call, then the result": (
+        "multiply(a=248, b=15) 的结果是 3720。",
+        "multiply(a=248, b=15)",
+    ),
+    "the call in brackets after the result": (
+        "结果是 3720（multiply: a=248, b=15）",
+        "multiply: a=248, b=15",
+    ),
+    "a list of the tool and its inputs": (
+        "- 工具：multiply\n- a: 248\n- b: 15\n- 结果：3720",
+        "multiply - a: 248 - b: 15",
+    ),
+    "a table row": ("| multiply | a=248, b=15 | 3720 |", "| multiply | a=248, b=15 |"),
+    "a JSON summary": (
+        '{"tool": "multiply", "a": 248, "b": 15, "result": 3720}',
+        '"tool": "multiply", "a": 248, "b": 15',
+    ),
+    "an arrow chain": ("a=248, b=15 -> multiply -> 3720", "a=248, b=15 -> multiply"),
+    "a trailing control token": ("248 乘以 15 等于 3720。<|im_end|>", "<|im_end|>"),
+    "a request example in a fence": (
+        f"结果是 3720。\n如果你想自己调用工具，请求大概是这样：\n```json\n{J}\n```",
+        J,
+    ),
+}
+
+
+@pytest.mark.parametrize(("content", "quoted"), REPORTS.values(), ids=REPORTS.keys())
+def test_after_a_tool_ran_a_reply_reporting_the_call_is_printed_with_one_note(
+    run, provider, content, quoted
+):
+    result = run(ARTICLE_TOOL_TURN, completion(content=content))
+    assert result.code == 0, result.merged
+    assert result.out.endswith(f"Agent> {content}\n")
+    (note,) = result.err_lines  # one line, whatever the reply's line breaks
+    assert note.startswith(NOTE) and quoted in note, note
+    assert result.merged.endswith(f"Agent> {content}\n{note}\n")  # after the Agent> line
+    assert result.call_lines == [ARTICLE_CALL_LINE] and len(provider.requests) == 2
+
+
+@pytest.mark.parametrize(("content", "quoted"), REPORTS.values(), ids=REPORTS.keys())
+def test_with_no_tool_run_yet_the_same_replies_stop(run, provider, content, quoted):
+    result = run(completion(content=content), completion(content="3720"))
+    assert_stopped_on_the_command_line(result, content, step=1)
+    assert result.call_lines == [] and len(provider.requests) == 1
+
+
+# Half an answer: the tool ran for 12 × 13, the reply gives that result and writes the next call
+# (14 × 15) as text. The first half is printed; the note says the second was not executed.
+J14 = '{"name": "multiply", "arguments": {"a": 14, "b": 15}}'
+HALF_ANSWERS = {
+    "bare JSON": (f"12 乘 13 等于 156。{J14}", '"a": 14, "b": 15'),
+    "bare JSON on its own line": (f"12 乘 13 等于 156。\n{J14}", '"a": 14, "b": 15'),
+    "<tool_call>": (f"12 乘 13 等于 156。\n<tool_call>\n{J14}\n</tool_call>", '"a": 14, "b": 15'),
+    "pythonic": ("12 乘 13 等于 156。\n[multiply(a=14, b=15)]", "multiply(a=14, b=15)"),
+}
+CALL_12_13 = completion(
+    tool_calls=[tool_call("call_1", "multiply", '{"a":12,"b":13}')], finish_reason="tool_calls"
+)
+
+
+@pytest.mark.parametrize(("content", "quoted"), HALF_ANSWERS.values(), ids=HALF_ANSWERS.keys())
+def test_half_an_answer_prints_its_first_half_and_the_note_quotes_the_unrun_call(
+    run, provider, content, quoted
+):
+    result = run(CALL_12_13, completion(content=content))
+    assert result.code == 0, result.merged
+    assert result.call_lines == [
+        'step 1: multiply call_id=call_1 result={"status":"completed","result":156}'
+    ]
+    assert result.out.split("Agent> ", 1)[1].startswith("12 乘 13 等于 156。")
+    (note,) = result.err_lines
+    assert note.startswith(NOTE) and quoted in note, note
+    assert "210" not in result.merged and len(provider.requests) == 2  # 14 × 15 never ran
+
+
+# A reply that is only an order stops at any step: nothing but the order is left once it is taken
+# out, so it reports nothing, whether or not a tool ran before it.
+ONLY_AN_ORDER = {
+    "bare JSON": J14,
+    "```json fence": f"```json\n{J14}\n```",
+    "<tool_call>": f"<tool_call>\n{J14}\n</tool_call>",
+    "pythonic": "[multiply(a=14, b=15)]",
+}
+
+
+@pytest.mark.parametrize("step", [1, 2])
+@pytest.mark.parametrize("content", ONLY_AN_ORDER.values(), ids=ONLY_AN_ORDER.keys())
+def test_a_reply_that_is_only_an_order_stops_at_any_step(run, provider, content, step):
+    before = [ARTICLE_TOOL_TURN] if step == 2 else []
+    result = run(*before, completion(content=content), completion(content="210"))
+    assert_stopped_on_the_command_line(result, content, step=step)
+    assert result.call_lines == [ARTICLE_CALL_LINE] * (step - 1)
+    assert len(provider.requests) == step
 
 
 # ---- properties ---------------------------------------------------------------------------------
 # Replies drawn from the family syntaxes, with other argument values, other whitespace and prose
-# around them, are always refused; replies drawn from plausible answers always print.
+# around them, are always refused while no tool has run, and are the answer (with a note) once one
+# has, as long as a sentence is left beside them; an order alone is refused either way. Replies
+# drawn from plausible answers always print, with no note.
 
 SENTENCES = [
     "好的，我来帮你算。",
@@ -685,6 +928,11 @@ def rewritten(call: str, a: str, b: str, after_comma: str, after_colon: str) -> 
     text = re.sub(r"(?<![\w.])15(?![\w.])", "\0B", text)
     text = text.replace(", ", "," + after_comma).replace(": ", ":" + after_colon)
     return text.replace("\0A", a).replace("\0B", b)
+
+
+def reply(content: str) -> SimpleNamespace:
+    """The message final_answer reads (as read_reply shapes it: content and refusal)."""
+    return SimpleNamespace(content=content, refusal=None)
 
 
 NUMBERS = st.one_of(
@@ -720,9 +968,59 @@ def test_property_a_familys_call_among_prose_is_always_refused(
     written = rewritten(call, a, b, after_comma, after_colon)
     content = f"{before}{gaps[0]}{written}{gaps[1]}{after}"
     with pytest.raises(AgentStop) as stopped:
-        lesson.final_answer(lesson.SimpleNamespace(content=content, refusal=None))
+        lesson.final_answer(reply(content), tool_ran=False)
     assert (stopped.value.link, stopped.value.exit_code) == ("Provider", 1)
-    assert stopped.value.hint == written_call_hint()
+    assert stopped.value.hint == lesson.HINT_WRITTEN_CALL
+
+
+FAMILY_CALLS = [f.one for f in FAMILIES] + [f.two for f in FAMILIES if f.two]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    call=st.sampled_from(FAMILY_CALLS),
+    a=NUMBERS,
+    b=NUMBERS,
+    after_comma=st.sampled_from(SPACES),
+    after_colon=st.sampled_from(SPACES),
+    gap=st.sampled_from([*GAPS[1:], "。"]),
+    after=st.lists(st.sampled_from(SENTENCES), min_size=1, max_size=3).map("".join),
+)
+def test_property_after_a_tool_ran_a_familys_call_beside_a_sentence_is_the_answer_with_a_note(
+    call, a, b, after_comma, after_colon, gap, after
+):
+    written = rewritten(call, a, b, after_comma, after_colon)
+    content = f"{written}{gap}{after}"
+    assert lesson.final_answer(reply(content), tool_ran=True) == lesson.without_reasoning(content)
+    assert lesson.written_orders(lesson.without_reasoning(content))  # the note has what to quote
+
+
+# ONLY_AN_ORDER's forms with the lesson's call, for rewritten() to vary
+ORDER_FORMS = [
+    J,
+    f"```json\n{J}\n```",
+    f"<tool_call>\n{J}\n</tool_call>",
+    "[multiply(a=248, b=15)]",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    call=st.sampled_from(ORDER_FORMS),
+    a=NUMBERS,
+    b=NUMBERS,
+    after_comma=st.sampled_from(SPACES),
+    after_colon=st.sampled_from(SPACES),
+    gaps=st.tuples(st.sampled_from(GAPS), st.sampled_from(GAPS)),
+    tool_ran=st.booleans(),
+)
+def test_property_an_order_alone_is_refused_whether_or_not_a_tool_ran(
+    call, a, b, after_comma, after_colon, gaps, tool_ran
+):
+    content = f"{gaps[0]}{rewritten(call, a, b, after_comma, after_colon)}{gaps[1]}"
+    with pytest.raises(AgentStop) as stopped:
+        lesson.final_answer(reply(content), tool_ran=tool_ran)
+    assert stopped.value.hint == lesson.HINT_WRITTEN_CALL
 
 
 # Fragments an answer is made of, drawn in any order: sentences with numbers, the tool named in
@@ -757,7 +1055,9 @@ ANSWER_FRAGMENTS = [
     y=st.integers(-(10**6), 10**6),
     joiner=st.sampled_from([" ", "\n", "\n\n", ""]),
 )
-def test_property_a_plausible_answer_always_prints(fragments, x, y, joiner):
+def test_property_a_plausible_answer_always_prints_with_no_note(fragments, x, y, joiner):
     content = joiner.join(fragments).format(x=x, y=y, p=x * y)
-    message = lesson.SimpleNamespace(content=content, refusal=None)
-    assert lesson.final_answer(message) == lesson.without_reasoning(content)
+    for tool_ran in (False, True):
+        answer = lesson.final_answer(reply(content), tool_ran=tool_ran)
+        assert answer == lesson.without_reasoning(content)
+    assert lesson.written_orders(answer) == []  # nothing for run_online's note
