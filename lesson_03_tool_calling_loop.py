@@ -129,13 +129,13 @@ HINT_POLICY = "换一种问法，或查看 Provider 的内容策略"
 # finish_reason 说 Provider 为什么停止生成，要与同一 choice 的 tool_calls 一致：有调用时认
 # tool_calls，也认 stop（同样是自然结束；有的端点对没发 tool_choice 的请求就这样回，出处见
 # REFERENCE）；没有调用时只认 stop。别的值都说明这条消息不可信：调用一个都不执行，文字也不当
-# 成 Final。协议外的值（eos、null、空串、智谱的 sensitive……）是 Provider 自己的说法：原样引用。
+# 成 Final。别的值（eos、null、空串、已弃用的 function_call、智谱的 sensitive……）原样引用。
 FINISH_REASONS = {
     "length": (MODEL, "输出达到 Token 上限被截断，可能只写了一半", "调大输出上限，或换个模型"),
     "content_filter": (PROVIDER, "内容被 Provider 过滤", HINT_POLICY),
     "tool_calls": (PROVIDER, "消息里却没有任何 Tool Call", HINT_ENDPOINT),
 }
-NOT_IN_PROTOCOL = (PROVIDER, "OpenAI 协议里没有这个值", "照它的字面意思查 Provider 的文档")
+NOT_IN_PROTOCOL = (PROVIDER, "不是本课认得的结束原因", "照它的字面意思查 Provider 的文档")
 
 
 class AgentStop(Exception):
