@@ -138,6 +138,13 @@ FINISH_REASONS = {
 NOT_IN_PROTOCOL = (PROVIDER, "不是本课认得的结束原因", "照它的字面意思查 Provider 的文档")
 
 
+def clip(value: object, limit: int = 200) -> str:
+    """任意外来的值变成有界的一行（换行变空格，孤立的代理字符写成 \\ud800），长了就截断。"""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+    text = re.sub(r"[\t\n\r]+", " ", text.encode("utf-8", "backslashreplace").decode()).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class AgentStop(Exception):
     """Loop 停下：带着失败的一环、原因和建议（参数填错不停，交回模型）。第三部分的子类是 Loop 之外的
     停法（配置有错、请求失败）：异常的类决定退出码。"""
@@ -149,8 +156,7 @@ class AgentStop(Exception):
         self.link = link
         self.reason = reason
         self.hint = hint
-        self.step = None  # 第几步、被拒收的响应：由 run_agent 补上
-        self.refused = None
+        self.step = None  # 停在第几步：由 run_agent 补上
 
 
 def unfinished(choice: object) -> AgentStop:
@@ -190,13 +196,6 @@ def assistant_message_from_api(message: object) -> dict:
     return {**saved, **provider_owned(message, ECHOED_MESSAGE_FIELDS)}
 
 
-def clip(value: object, limit: int = 200) -> str:
-    """任意外来的值变成有界的一行（换行变空格，孤立的代理字符写成 \\ud800），长了就截断。"""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
-    text = re.sub(r"[\t\n\r]+", " ", text.encode("utf-8", "backslashreplace").decode()).strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def final_answer(message: object, tool_ran: bool) -> str:
     """stop 也可能不是回答：拒答、空回答（课文片段收下了空串）、写成文字的调用都停下。"""
     if message.refusal:
@@ -222,13 +221,11 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
     messages = [] if messages is None else messages
     messages.append({"role": "user", "content": user_text})
     for step in range(1, MAX_STEPS + 1):
-        response = None  # 每一步先清空：请求本身失败时，没有“被拒收的响应”
         try:  # 连不上、HTTP 错误、响应体不合协议：第三部分的客户端在这里停下并点名
             response = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
             choice = response.choices[0]
             message = choice.message
-            shown = choice.finish_reason or json.dumps(choice.finish_reason)  # 空串、null 也看得见
-            print(f"step {step}: finish_reason={clip(shown, 40)}")
+            print(f"step {step}: finish_reason={clip(choice.finish_reason, 40)}")  # null 也看得见
             reply = assistant_message_from_api(message)
             if message.tool_calls:
                 if choice.finish_reason not in ("tool_calls", "stop"):
@@ -251,9 +248,8 @@ def run_agent(client: object, model: str, user_text: str, messages: list | None 
                 messages.append(reply)
                 return answer
             raise unfinished(choice)
-        except AgentStop as stop:  # 唯一记账的一处：停在第几步，被拒收的是哪条响应
+        except AgentStop as stop:  # 唯一记账的一处：停在第几步
             stop.step = step
-            stop.refused = response
             raise
     hint = "模型一直在调用工具；检查问题、模型能力，以及工具错误是否反复出现"
     raise AgentStop(HARNESS, f"超过最大步骤数：{MAX_STEPS}", hint)
@@ -533,12 +529,12 @@ def check_config(environment):
     for old, name in OLD_NAMES.items():
         if environment.get(old) and not environment.get(name):
             what = f"没设 {name}，却设着 {old}（旧教程或别的工具用的名字，脚本不读它）"
-            raise ConfigError(HARNESS, what, f'改用 {name}：export {name}="${old}"') from None
+            raise ConfigError(HARNESS, what, f'改用 {name}：export {name}="${old}"')
     values = {name: environment.get(name, "").strip() for name in VARIABLES + CERTIFICATES}
     for name, value in values.items():
         problem = variable_problem(name, value)
         if problem:  # key 的值不打印；别的值里像 key 的段、地址里的密码，遮罩会换掉
-            raise ConfigError(HARNESS, f"{name} 不可用：{problem[0]}", problem[1]) from None
+            raise ConfigError(HARNESS, f"{name} 不可用：{problem[0]}", problem[1])
     # 默认端点写明，SDK 就不再读环境；SDK 默认等 10 分钟，学习时太久
     values["OPENAI_BASE_URL"] = values["OPENAI_BASE_URL"] or "https://api.openai.com/v1"
     values["OPENAI_TIMEOUT"] = float(values["OPENAI_TIMEOUT"] or 60)
@@ -553,21 +549,32 @@ def variable_problem(name, value):
         return "没设这个环境变量", f"export {name}=...（照 README 填；本地服务的 key 填 local）"
     if not value or name in CERTIFICATES:
         return ()
-    if value[0] in "\"'“‘" and value[-1] in "\"'”’":
+    if re.fullmatch(r"[\"'“‘].*[\"'”’]", value, re.S):  # 两边的引号
         return "两边带着引号（多半是从 .env 文件连引号一起复制的）", "去掉引号"
     # 没展开的变量 $NAME、${NAME}、%NAME%，文档里待填的 {NAME}、<你的网关>、sk-...、your-api-key
     if re.search(r"\$\{?[A-Za-z_]\w*|[{%][A-Za-z_]\w*[}%]|<[^<>]*>|\.\.\.|…|\byour[-_]", value):
         return "里面还有占位符或没展开的变量", "换成你自己的真实值（单引号里的 $NAME 不会展开）"
-    for at, char in enumerate(value, 1):  # key 在 HTTP 头里、地址在网址里；模型名可以是中文
-        if char == " " or not char.isprintable() or (name != "OPENAI_MODEL" and not char.isascii()):
-            half = unicodedata.normalize("NFKC", char)  # 全角的「：」是半角的「:」
-            fix = f"换成半角的「{half}」" if half.isascii() and half.isprintable() else ""
-            return f"第 {at} 个字符 {char!r} 不能用", fix or "删掉它（.env 要用 LF 换行）"
-    url = urlsplit(value)
-    if name == "OPENAI_BASE_URL" and (url.scheme not in ("http", "https") or not url.netloc):
-        return "要以 http:// 或 https:// 开头，后面是主机", "照 Provider 的文档写"
-    if name == "OPENAI_BASE_URL" and url.path.rstrip("/").endswith("/chat/completions"):
-        return "写到了 /chat/completions", "写到它之前为止：SDK 自己会加"
+    if name == "OPENAI_API_KEY" and value[:7].lower() == "bearer ":
+        return "开头多了 Bearer（SDK 会自己加）", "只留 key"
+    # key 在 HTTP 头里、地址在网址里，只能是看得见的 ASCII；模型名可以是中文，但不能有空白、控制字符
+    bad = re.search(r"[\s\x00-\x1f\x7f]" if name == "OPENAI_MODEL" else r"[^!-~]", value)
+    if bad:
+        half = unicodedata.normalize("NFKC", bad[0])  # 全角的「：」是半角的「:」
+        fix = f"换成半角的「{half}」" if half != bad[0] and half.isprintable() else ""
+        return (
+            f"第 {bad.start() + 1} 个字符 {bad[0]!r} 不能用",
+            fix or "删掉它（.env 要用 LF 换行）",
+        )
+    if name == "OPENAI_BASE_URL":
+        try:
+            url = urlsplit(value)
+            port = url.port  # 不是 0–65535 的数（localhost:port 这样的占位符）在这里报错
+        except ValueError:
+            return "主机或端口写错了", "写成 http(s)://主机[:端口]/路径，照 Provider 的文档写"
+        if url.scheme not in ("http", "https") or not url.hostname or port == 0:
+            return "要写成 http(s)://主机[:端口]/路径", "照 Provider 的文档写"
+        if url.path.rstrip("/").endswith("/chat/completions"):
+            return "写到了 /chat/completions", "写到它之前为止：SDK 自己会加"
     if name == "OPENAI_TIMEOUT" and not re.fullmatch(r"\d{1,4}(\.\d+)?", value):
         return "要是秒数", "例如 export OPENAI_TIMEOUT=60"
     return ()
@@ -582,7 +589,8 @@ HINT_WORDS = "按上面 Provider 的原话处理"
 # 有的回 403、429）。从上往下找第一个说中的，具体的在前：Gemini 每分钟的限额也提到 quota，先认频率。
 # fmt: off
 CONCEPTS = [  # (这件事的中英文说法, 失败的一环, 建议)
-    (r"support.{0,12}(tools?|tool use|function call)|tools? param|tool choice",  # 不支持 tools
+    (r"support.{0,12}(tools?|tool use|function call)|tools?.{0,12}not supported|tools? param"
+     r"|tool choice",  # 不支持 tools
      MODEL, "换支持 tools 的模型或端点（vLLM 开自动工具选择，llama.cpp 别加 --no-jinja）"),
     (r"enable.?thinking|thinking is enabled|stream mode|stream=false|non.?stream|流式|思考",
      PROVIDER, "这个模型开着思考、只收流式请求：本课只发普通请求，换不开思考也能调用工具的模型"),
@@ -590,19 +598,19 @@ CONCEPTS = [  # (这件事的中英文说法, 失败的一环, 建议)
      r"|retry in|频率|速率|并发|访问量过大|限流", PROVIDER, HINT_RATE),
     (r"insufficient|balance|quota|billing|arrearage|overdue|good standing|free tier|paid"
      r"|余额|欠费|额度|充值|资源包", PROVIDER, HINT_BALANCE),
-    (r"context|token limit|too long|maximum.{0,30}tokens|input length|prompt.{0,20}(long|length)"
+    (r"context|token.?limit|maximum.{0,30}tokens|(input|prompt).{0,20}(too long|length)"
      r"|上下文|超长|过长|长度超", MODEL, "超出了模型的上下文长度：问短一点，或换上下文更大的模型"),
     (r"country|region|territory|location is not supported|地区|地域", PROVIDER,
      "这个地区用不了它：换本地区能用的 Provider，或用它在本地区的站点（key 按站点分开）"),
     (r"bind your|实名", PROVIDER, "账号还没开通好（魔搭要先绑定阿里云账号、实名）：不是 key 错了"),
-    (r"api.?key|\btoken(?!s)|auth|credential|unauthorized|no connected db|令牌|密钥", PROVIDER,
-     HINT_KEY),
-    (r"upstream|connection error|no fallback|bad gateway|上游", PROVIDER,
-     "网关答了，但它后面的模型服务失败了：问网关的管理员，或看它配置的上游"),
-    (r"model\b.{0,60}(does not exist|not found)|not found the model|not activated the model"
+    (r"model\b.{0,60}(not exist|not found)|not found the model|not activated the model"
      r"|invalid model|endpoint that does not exist|not supported for format|无可用渠道"
      r"|模型不存在|无权(使用|访问)模型", PROVIDER,
      "检查 OPENAI_MODEL：与 Provider 模型列表一字不差、账户已开通；经网关时令牌要有权用它"),
+    (r"api.{0,3}key|\btoken(?!s)|auth|credential|unauthorized|no connected db|令牌|密钥", PROVIDER,
+     HINT_KEY),
+    (r"upstream|connection error|no fallback|bad gateway|上游", PROVIDER,
+     "网关或服务答了，但它后面的模型服务失败了：稍后再试；经网关就问它的管理员"),
 ]
 STATUS_HINTS = {  # 各家含义一致的状态码
     401: HINT_KEY,
@@ -675,15 +683,15 @@ def network_failure(cause, config):
     elif "ReadTimeout" in kinds:
         what = f"连上了，{config['OPENAI_TIMEOUT']:g} 秒（OPENAI_TIMEOUT）内没等到响应"
         hint = "模型慢（本机小模型、推理模型）就调大 OPENAI_TIMEOUT"
-    elif "ConnectError" not in kinds and "ConnectTimeout" not in kinds:
-        what = f"连上了 {address}，没收到完整的响应就断了"
-        hint = "看服务端日志，和中间的代理、网关"
-    elif url.hostname in LOCAL_HOSTS:
+    elif kinds[0] in ("ConnectError", "ConnectTimeout") and url.hostname in LOCAL_HOSTS:
         what = f"本机 {endpoint} 上没有服务在应答"
         hint = "先启动服务（llama-server、Ollama……）并核对端口；本机服务多用 http://"
-    else:
+    elif kinds[0] in ("ConnectError", "ConnectTimeout"):
         what = f"连不上 {endpoint}"
         hint = "检查网络和主机名；国外的端点在国内常要经代理：HTTPS_PROXY=http://127.0.0.1:7897"
+    else:  # 连上了，却没读到完整的响应（对方断开、协议出错）
+        what = f"连上了 {address}，没收到完整的响应就断了"
+        hint = "看服务端日志，和中间的代理、网关"
     return RequestFailed(SDK_NETWORK, f"{what}（{kinds[0]}: {clip(str(cause), 120)}）", hint)
 
 
@@ -708,16 +716,15 @@ def provider_words(text):
         with contextlib.suppress(ValueError):
             literal = json.loads(f'"{literal}"')
         said.append(provider_words(literal) or literal)  # 字符串里又是一个 JSON 错误体，也读出原话
-    return clip("：".join(dict.fromkeys(s for s in said if s.strip())), 4000)
+    return "：".join(dict.fromkeys(s for s in said if s.strip()))
 
 
 def provider_failure(what, status, text):
     """引用原话（没有就引用响应体）；建议先看原话说的是哪件事，再看状态码，最后请你照原话办。"""
     words = provider_words(text)
-    said = re.sub(r"%20|[\s_]+", " ", words.lower())
     quoted = f"{what}{clip(words or text) or '（响应体是空的）'}"
     for pattern, link, hint in CONCEPTS:
-        if re.search(pattern, said):
+        if re.search(pattern, words, re.IGNORECASE):
             return RequestFailed(link, quoted, hint)
     hint = STATUS_HINTS.get(status, HINT_WORDS if words else "看服务端日志，或换端点")
     return RequestFailed(PROVIDER, quoted, hint)
@@ -735,12 +742,12 @@ def read_reply(chunks, status=200):
         json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
     except Exception as error:  # 解压出错、中途断开、不是 UTF-8、不是 JSON：对方的字节读不了
         what = f"HTTP {status}，但响应体读不了（{type(error).__name__}: {clip(str(error), 80)}）："
-        raise provider_failure(what, status, body[:4000].decode(errors="replace")) from None
+        raise provider_failure(what, status, body.decode(errors="replace")) from None
     try:
         reply = shaped(REPLY, data, "响应体")
         if not reply.choices:  # 没有回复，多半只有一个错误的信封：原话在里面
             raise ValueError("choices 是空的")
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # 缺了、类型不对的字段，说出是哪个
         what = f"HTTP {status}，但响应体不是 OpenAI 协议的回复（{error}）："
         raise provider_failure(what, status, body.decode("utf-8-sig")) from None
     return reply
@@ -821,7 +828,7 @@ def written_orders(text):
 
 # ---- 文字出去：只显示课文讲到的字段；秘密只经过一道遮罩；每个字都经过同一个出口 ----
 SHOWN = {"role", "content", "tool_calls", "tool_call_id", "id", "type", "function", "name"}
-SHOWN |= {"arguments", "choices", "message", "finish_reason"}  # 课文讲到的字段：一份允许名单
+SHOWN.add("arguments")  # 课文讲到的消息字段：一份允许名单
 # 像 key 的一段：sk-…、gsk_…、xai-…、AIza…、JWT、32 位以上的字母数字（智谱）、UUID（火山方舟）
 KEY_LIKE = r"\b(?:sk|gsk|xai)[-_][\w-]{8,}|\bAIza[\w-]{20,}|\beyJ[\w-]{10,}\.[\w.-]+"
 KEY_LIKE += r"|[A-Za-z0-9]{32,}|\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"
@@ -850,7 +857,7 @@ def secret_mask(environment):
 
     def mask(text):
         text = secret.sub("***", text.replace("\r\n", "\n"))  # 单独的 \r 在下面转义
-        text = re.sub(r"\b([A-Za-z][\w+.-]*://)[^\s/@]+@", r"\1***@", text)
+        text = re.sub(r"\b([A-Za-z][\w+.-]*://)[^\s/]+@", r"\1***@", text)  # 密码里也可能有 @
         return re.sub(TERMINAL_UNSAFE, lambda match: f"\\u{ord(match[0]):04x}", text)
 
     return mask
@@ -880,7 +887,6 @@ HELP = """\
   问题默认“帮我算一下 248 乘以 15”；--show-messages 在结束后（失败时也一样）把消息历史打印成 JSON
   在线运行读 OPENAI_API_KEY、OPENAI_MODEL、OPENAI_BASE_URL、OPENAI_TIMEOUT（怎么填见 README）
 退出码：0 有回答（不保证对）；1 Loop 被停下或程序出错；2 用法或配置错误；3 请求失败；130 Ctrl-C"""
-USAGE = HELP.splitlines()[0] + "（--help 看说明）"
 OPTIONS = ("--self-check", "--demo", "--show-messages", "--help", "-h")
 
 
@@ -895,7 +901,9 @@ def run_command(argv, environment):
     for option in set(options) - set(OPTIONS):
         meant = re.sub("^[—－–]+", "--", option)
         problem = f"{option}（横线是全角的，应为 {meant}）" if meant in OPTIONS else option
-        print(f"参数错误：不认识的选项 {clip(problem, 120)}\n{USAGE}", file=sys.stderr)
+        print(
+            f"参数错误：不认识的选项 {clip(problem, 120)}\n{HELP.splitlines()[0]}", file=sys.stderr
+        )
         return EXIT_USAGE
     if "--self-check" in options:
         return self_check()
@@ -923,7 +931,7 @@ def run_online(question, environment, show_messages):
         note = (
             f"回答里写成文字的调用（或模板标记）没有执行，执行过的见 step 行：{' / '.join(orders)}"
         )
-        print(clip(note, 240), file=sys.stderr)
+        print(clip(note), file=sys.stderr)
     return EXIT_OK
 
 
@@ -937,8 +945,8 @@ def report(stop, config, messages, file=None):
 
 
 def last_success(stop, messages):
-    """最后一个成功事件：收到了（被拒收的）响应，或历史里最后写入的那条。"""
-    if stop.refused is not None:
+    """最后一个成功事件：读到了那一步的响应（Loop 因为它停下），或历史里最后写入的那条。"""
+    if stop.step and not isinstance(stop, RequestFailed):  # 响应读到了，是它不可信
         return f"step {stop.step}: 收到响应"
     if messages[-1]["role"] == "tool":
         return f"{clip(messages[-1]['tool_call_id'], 80)} 的 Tool Result 已写入历史"
