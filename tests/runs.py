@@ -32,7 +32,7 @@ def run_in_process(capsys, env, *args) -> Run:
 
 
 def environ_runner(provider, capsys, monkeypatch, key):
-    """A runner whose variables also go into os.environ, where proxy_for() and the SDK read them."""
+    """A runner whose variables also go into os.environ, where the SDK's HTTP library reads them."""
 
     def runner(*args, **variables):
         settings = {"OPENAI_API_KEY": key, "OPENAI_MODEL": "m"}

@@ -2,7 +2,7 @@
 
 These run the script as a child process against the loopback test server, because the
 promises are about the process: its exit status, and what the interpreter prints on the way
-out (no traceback, no KeyboardInterrupt, even with the ticker's thread running).
+out (no traceback, no KeyboardInterrupt, while the SDK is blocked reading the socket).
 """
 
 import contextlib

@@ -1,12 +1,10 @@
-"""Rule 7: what is never shown stays never shown, and every stop can be inspected.
+"""--show-messages: the history, however the run ends, showing only what the lesson teaches.
 
-Reasoning (a leading think block with or without its opening tag, reasoning_content,
-reasoning_details) is hidden from --show-messages exactly as from the answer. The history is
-printed however the run ends (an answer, a stopped loop, a failed request, a reply of the wrong
-shape; Ctrl-C in test_exit_codes); after a stop on a response the loop received, that refused
-response is printed too; a field that stops the loop is named; a completion that is not
-well-formed is the provider's failure (exit 3). Both show only the fields the lesson teaches
-(an allowlist), any other field as （已省略）. main() in-process, real SDK, real HTTP."""
+The history is printed after an answer, a stopped loop, a failed request, a reply of the wrong
+shape, a bug or Ctrl-C. It shows the fields the lesson teaches (an allowlist); any other field,
+such as reasoning_content or a provider's signature, is written as （已省略）, whoever invents it
+next, while the request still sends it back as it came. A completion that is not well-formed is
+the provider's failure (exit 3). main() in-process, real SDK, real HTTP."""
 
 import json
 
@@ -19,8 +17,10 @@ from tests.runs import run_in_process
 pytestmark = pytest.mark.usefixtures("quick_sdk_retries")
 KEY = "sk-show-messages-0123456789"
 ARGS = '{"a":248,"b":15}'
-REASONING = "这是推理：先调用乘法"  # must never reach the screen
-REFUSED = "被拒收、没有写进历史的响应"
+REASONING = "这是推理：先调用乘法"  # a field the lesson does not teach: never on the screen
+SIGNATURE = "c2lnbmF0dXJlLW9wYXF1ZQ"
+OMITTED = "（已省略）"
+ASKED = [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
 
 
 @pytest.fixture
@@ -37,30 +37,9 @@ def tool_turn(*calls, **extra):
 
 
 def printed_history(result):
-    text = result.out.split(REFUSED)[0]
-    return json.loads(text[text.index("\n[") + 1 :] if not text.startswith("[") else text)
-
-
-def refused_response(result):
-    after = result.out.split(REFUSED, 1)[1]
-    return json.loads(after[after.index("{") :])
-
-
-@pytest.mark.parametrize(
-    "content",
-    [
-        f"<think>{REASONING}</think>\n\n3720",
-        f"{REASONING}</think>\n\n3720",  # Qwen3 / DeepSeek-R1 templates open it in the prompt
-        f"<think>{REASONING}</think><think>再想想</think>3720",
-    ],
-    ids=["think-block", "without-opening-tag", "two-blocks"],
-)
-def test_leading_reasoning_is_hidden_from_the_history_as_from_the_answer(run, provider, content):
-    provider.script(completion(content=content))
-    result = run()
-    assert result.code == 0 and "Agent> 3720\n" in result.out, result.everything
-    assert REASONING not in result.everything
-    assert printed_history(result)[-1]["content"] == "<think>（已省略）</think>3720"
+    """The JSON after the step lines (and the answer): everything from the first line "["."""
+    lines = result.out.splitlines()
+    return json.loads("\n".join(lines[lines.index("[") :]))
 
 
 def test_reasoning_fields_are_hidden_but_sent_back(run, provider):
@@ -74,7 +53,7 @@ def test_reasoning_fields_are_hidden_but_sent_back(run, provider):
     result = run()
     assert result.code == 0 and REASONING not in result.everything
     history = printed_history(result)
-    assert history[1]["reasoning_content"] == history[1]["reasoning_details"] == "（已省略）"
+    assert history[1]["reasoning_content"] == history[1]["reasoning_details"] == OMITTED
     sent = provider.requests[1].body["messages"][1]
     assert (sent["reasoning_content"], sent["reasoning_details"]) == (REASONING, details)
 
@@ -94,21 +73,18 @@ STOPS = {
 
 
 @pytest.mark.parametrize(("reply", "named"), STOPS.values(), ids=STOPS.keys())
-def test_every_kind_of_stop_names_the_cause_and_shows_the_refused_response(
-    run, provider, reply, named
-):
+def test_every_kind_of_stop_names_the_cause_and_prints_the_history(run, provider, reply, named):
     provider.script(reply)
     result = run()
     first = result.err.splitlines()[0]
     assert result.code == 1 and named in first, result.everything
-    assert printed_history(result) == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
-    shown = refused_response(result)["choices"][0]  # what came is what is shown
-    assert shown["finish_reason"] == reply["choices"][0]["finish_reason"]
+    finish_reason = json.dumps(reply["choices"][0]["finish_reason"]).strip('"')
+    assert result.out.splitlines()[0] == f"step 1: finish_reason={finish_reason}", result.out
+    assert printed_history(result) == ASKED  # the refused reply never entered the history
 
 
 # A 200 whose completion is not well-formed (content that is not text, a call without its type
-# or arguments, an error inside choices[0]) is a reply the gate refuses: the provider's failure,
-# exit 3, like an HTTP error. The loop refused no response, so none is shown.
+# or arguments) is a reply the gate refuses: the provider's failure, exit 3, like an HTTP error.
 MALFORMED = {
     "content has only an image part": completion(
         content=[{"type": "image_url", "image_url": {"url": "x"}}]
@@ -124,17 +100,18 @@ MALFORMED = {
 
 
 @pytest.mark.parametrize("reply", MALFORMED.values(), ids=MALFORMED.keys())
-def test_a_malformed_completion_is_a_provider_failure_with_nothing_refused(run, provider, reply):
+def test_a_malformed_completion_is_a_provider_failure_and_the_history_is_printed(
+    run, provider, reply
+):
     provider.script(reply)
     result = run()
     first = result.err.splitlines()[0]
     assert result.code == 3 and first.startswith("[Provider] step 1: "), result.everything
-    assert printed_history(result) == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
-    assert REFUSED not in result.out and len(provider.requests) == 1
+    assert printed_history(result) == ASKED and len(provider.requests) == 1
 
 
-# A 200 whose body is not a completion is the provider's failure, like an HTTP error: there is
-# no response that the loop refused (the metadata that is text once crashed the reader)
+# A 200 whose body is not a completion is the provider's failure, like an HTTP error; the
+# report quotes the provider's words, not its envelope (metadata that is text once crashed it)
 NOT_A_COMPLETION = {
     "an error and no choices": {"error": {"message": "upstream crashed"}},
     "error metadata that is text": {
@@ -156,61 +133,22 @@ NOT_A_COMPLETION = {
 
 
 @pytest.mark.parametrize("body", NOT_A_COMPLETION.values(), ids=NOT_A_COMPLETION.keys())
-def test_a_200_that_is_not_a_completion_quotes_the_provider_and_refuses_nothing(
+def test_a_200_that_is_not_a_completion_quotes_the_provider_and_prints_the_history(
     run, provider, body
 ):
     provider.script(body)
     result = run()
     first = result.err.splitlines()[0]
     assert result.code == 3 and first.startswith("[Provider] step 1: "), result.everything
-    assert "upstream crashed" in first and '{"' not in first  # the words, not the envelope
-    assert printed_history(result) == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
-    assert REFUSED not in result.out
-
-
-def test_a_request_failure_has_no_refused_response_to_show(run, provider):
-    provider.script(Reply(status=400, json={"error": {"message": "bad request"}}))
-    result = run()
-    assert result.code == 3 and REFUSED not in result.out
-
-
-# The display is an allowlist: the fields the lesson teaches are shown, any other field's value
-# is written as （已省略）, whoever invents it next. Signatures are opaque and secret-like.
-SIGNATURE = "c2lnbmF0dXJlLW9wYXF1ZQ"
-OMITTED = "（已省略）"
-
-
-def test_fields_the_lesson_does_not_teach_are_omitted_from_a_refused_response(run, provider):
-    # LiteLLM's shapes: thinking_blocks with a signature on the message, Gemini's thought
-    # signature in provider_specific_fields on a call and on the response itself
-    signed = {"thought_signature": SIGNATURE + "-call"}
-    call = tool_call("call_1", "multiply", '{"a":248,"b', provider_specific_fields=signed)
-    block = {"type": "thinking", "thinking": REASONING, "signature": SIGNATURE + "-block"}
-    reply = completion(tool_calls=[call], finish_reason="length", thinking_blocks=[block])
-    reply["provider_specific_fields"] = {"thought_signature": SIGNATURE + "-response"}
-    provider.script(reply)
-    result = run()
-    assert result.code == 1, result.everything
-    assert SIGNATURE not in result.everything and REASONING not in result.everything
-    shown = refused_response(result)
-    message = shown["choices"][0]["message"]
-    shown_call = message["tool_calls"][0]
-    assert (shown["provider_specific_fields"], message["thinking_blocks"]) == (OMITTED, OMITTED)
-    assert shown_call["provider_specific_fields"] == OMITTED
-    # what the lesson teaches stays readable
-    assert (message["role"], shown_call["id"], shown_call["type"]) == (
-        "assistant",
-        "call_1",
-        "function",
-    )
-    assert shown_call["function"] == {"name": "multiply", "arguments": '{"a":248,"b'}
+    assert "）：upstream crashed；端点 " in first  # the words are what is quoted
+    assert printed_history(result) == ASKED
 
 
 # The history is printed however the run ends, also when it ends after a tool turn
 TOOL_TURN = tool_turn(tool_call("call_1", "multiply", ARGS))
 RESULT_3720 = {"role": "tool", "tool_call_id": "call_1", "content": lesson.RESULT_3720}
 AFTER_ONE_TOOL_TURN = [
-    {"role": "user", "content": lesson.DEFAULT_QUESTION},
+    *ASKED,
     {
         "role": "assistant",
         "content": "",
@@ -226,21 +164,40 @@ AFTER_ONE_TOOL_TURN = [
 ]
 
 
-def test_a_stop_at_step_2_prints_the_history_so_far_and_the_refused_response(run, provider):
+def test_a_stop_at_step_2_prints_the_history_so_far(run, provider):
     provider.script(TOOL_TURN, completion(content="248 乘以 15 等", finish_reason="length"))
     result = run()
     assert (result.code, result.err_lines[0].startswith("[Model] step 2: ")) == (1, True)
     assert printed_history(result) == AFTER_ONE_TOOL_TURN
-    refused = refused_response(result)["choices"][0]
-    assert (refused["finish_reason"], refused["message"]["content"]) == ("length", "248 乘以 15 等")
 
 
-def test_a_request_failing_at_step_2_prints_the_history_so_far_and_nothing_refused(run, provider):
+def test_a_request_failing_at_step_2_prints_the_history_so_far(run, provider):
     provider.script(TOOL_TURN, Reply(status=400, json={"error": {"message": "bad second turn"}}))
     result = run()
     assert (result.code, result.err_lines[0].startswith("[Provider] step 2: ")) == (3, True)
     assert printed_history(result) == AFTER_ONE_TOOL_TURN
-    assert REFUSED not in result.out
+
+
+def interrupted(call):
+    raise KeyboardInterrupt  # the user presses Ctrl-C while the tool runs
+
+
+def crashed(call):
+    return 1 / 0  # a bug in (changed) code
+
+
+@pytest.mark.parametrize(
+    ("router", "code"), [(interrupted, 130), (crashed, 1)], ids=["ctrl-c", "harness-bug"]
+)
+def test_a_run_cut_short_prints_the_history_through_the_same_allowlist(
+    run, provider, monkeypatch, router, code
+):
+    monkeypatch.setattr(lesson, "execute_tool", router)
+    provider.script(tool_turn(tool_call("call_1", "multiply", ARGS), reasoning_content=REASONING))
+    result = run()
+    assert result.code == code and REASONING not in result.everything, result.everything
+    asked, called, _ = AFTER_ONE_TOOL_TURN  # stopped inside the tool: no result yet
+    assert printed_history(result) == [asked, {**called, "reasoning_content": OMITTED}]
 
 
 # What the lesson teaches, written out here rather than taken from the script
@@ -251,7 +208,7 @@ TAUGHT |= {"arguments", "choices", "message", "finish_reason"}
 def untaught_values(value, path="$"):
     """Every (path, value) under a key the lesson does not teach whose value is shown."""
     if isinstance(value, list):
-        return [found for i, item in enumerate(value) for found in untaught_values(item, path)]
+        return [found for item in value for found in untaught_values(item, path)]
     if not isinstance(value, dict):
         return []
     found = []
@@ -262,22 +219,33 @@ def untaught_values(value, path="$"):
     return found
 
 
-def test_only_taught_fields_are_shown_in_the_history_and_the_refused_response(run, provider):
+def test_only_taught_fields_are_shown_in_the_history(run, provider):
+    # Gemini's signature on a call (extra_content), LiteLLM's thinking_blocks and
+    # provider_specific_fields, OpenAI's annotations and audio: fields the lesson never teaches
     extra = {"annotations": [], "audio": {"id": "audio_1"}, "reasoning": REASONING}
-    call = tool_call("call_1", "multiply", ARGS, index=0, extra_content={"sig": SIGNATURE})
-    first = tool_turn(call, reasoning_content=REASONING, **extra)
+    block = {"type": "thinking", "thinking": REASONING, "signature": SIGNATURE + "-block"}
+    signed = {"thought_signature": SIGNATURE + "-call"}
+    call = tool_call(
+        "call_1",
+        "multiply",
+        ARGS,
+        index=0,
+        extra_content={"google": signed},
+        provider_specific_fields=signed,
+    )
+    first = tool_turn(call, reasoning_content=REASONING, thinking_blocks=[block], **extra)
     first["choices"][0]["native_finish_reason"] = "TOOL_CALLS"
-    cut = completion(content="248", finish_reason="length", **extra)
-    cut.update(system_fingerprint="fp_1", service_tier="default")
-    provider.script(first, cut)
+    first["provider_specific_fields"] = {"thought_signature": SIGNATURE + "-response"}
+    final = completion(content="3720", reasoning_details=[{"text": REASONING}], **extra)
+    provider.script(first, final)
     result = run()
-    assert result.code == 1, result.everything
-    history, refused = printed_history(result), refused_response(result)
-    assert (untaught_values(history), untaught_values(refused)) == ([], [])
+    assert result.code == 0, result.everything
+    history = printed_history(result)
+    assert untaught_values(history) == []
     assert SIGNATURE not in result.everything and REASONING not in result.everything
-    # the untaught fields are there, written as omitted: the display hides, it does not drop
-    assert (history[1]["reasoning_content"], refused["usage"]) == (OMITTED, OMITTED)
+    # the untaught fields the provider needs back are there, written as omitted
+    assert (history[1]["reasoning_content"], history[3]["reasoning_details"]) == (OMITTED, OMITTED)
     assert history[1]["tool_calls"][0]["extra_content"] == OMITTED
     # and what the lesson teaches is shown as it came
     assert history[1]["tool_calls"][0]["function"] == {"name": "multiply", "arguments": ARGS}
-    assert refused["choices"][0]["message"]["content"] == "248"
+    assert history[3]["content"] == "3720"

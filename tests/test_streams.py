@@ -1,12 +1,12 @@
-"""Where the output goes: streams that are closed, full or abandoned by their reader; text from
-the provider that must not reach a terminal raw; and the wait ticker, which only prints.
+"""Where the output goes: stdout or stderr that is full or abandoned by its reader, and text
+from the provider that must not reach a terminal raw.
 
 Most broken-stream tests start real processes, because what they pin happens at the process
 boundary (the exit code, and what the interpreter prints while shutting down). They prefer
 --self-check and configuration errors, which start in ~50 ms without importing openai; a few
-online runs (`| head`, `2>&-`) go through the process too, the rest of the online exit codes,
-decided inside main(), are checked in-process. The ticker is driven by fake seconds (its
-Event's wait() returns at once), so nothing here waits for real time or measures it.
+online runs (`| head`, a full stderr) go through the process too. The other online exit codes,
+decided inside main(), are checked in-process, on a real pipe whose reader has left.
+A descriptor closed before the start (`>&-`, so sys.stdout or sys.stderr is None) is not handled.
 """
 
 import contextlib
@@ -16,28 +16,19 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import unicodedata
 from pathlib import Path
 
 import pytest
 
 import lesson_03_tool_calling_loop as lesson
-from tests.provider_server import (
-    ARTICLE_FINAL,
-    ARTICLE_LINES,
-    ARTICLE_TOOL_TURN,
-    Reply,
-    completion,
-    tool_call,
-)
+from tests.provider_server import Reply, completion, tool_call
 
 SCRIPT = Path(lesson.__file__).resolve()
 KEY = "sk-streams-secret-0123456789"
 PYTHON_NOISE = ("Traceback", "Exception ignored")
-# Closed descriptors come from `sh -c 'exec ... >&-'` and abandoned pipes from os.pipe():
-# any POSIX system. Only ENOSPC needs /dev/full, which macOS lacks.
-needs_posix = pytest.mark.skipif(os.name != "posix", reason="needs POSIX pipes and sh")
+# Abandoned pipes come from os.pipe(): any POSIX system. Only ENOSPC needs /dev/full, which
+# macOS lacks.
+needs_posix = pytest.mark.skipif(os.name != "posix", reason="needs POSIX pipes")
 needs_dev_full = pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 
 
@@ -67,8 +58,7 @@ def broken(stream, kind):
     """subprocess.run() arguments that give the child a broken `stream` ("stdout"/"stderr").
 
     reader-left: a pipe whose read end is already closed, like `| head -c1` after it exited;
-    full: /dev/full, where every write fails with ENOSPC; closed: the descriptor is closed
-    (the shell's `>&-`), so the interpreter starts with sys.stdout or sys.stderr = None.
+    full: /dev/full, where every write fails with ENOSPC.
     """
     if kind == "reader-left":
         read_end, write_end = os.pipe()
@@ -77,20 +67,19 @@ def broken(stream, kind):
             yield {stream: write_end}
         finally:
             os.close(write_end)
-    elif kind == "full":
+    else:
         with open("/dev/full", "wb") as full:
             yield {stream: full}
-    else:
-        yield {"close": {"stdout": 1, "stderr": 2}[stream]}
 
 
-def run_script(args, env, *, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close=None):
-    """Run the script as a process; close=1 or 2 closes that descriptor before it starts."""
-    command = [sys.executable, str(SCRIPT), *args]
-    if close is not None:
-        command = ["sh", "-c", f'exec "$@" {close}>&-', "sh", *command]
+def run_script(args, env, *, stdout=subprocess.PIPE, stderr=subprocess.PIPE):
     return subprocess.run(
-        command, stdout=stdout, stderr=stderr, env=env, timeout=60, encoding="utf-8"
+        [sys.executable, str(SCRIPT), *args],
+        stdout=stdout,
+        stderr=stderr,
+        env=env,
+        timeout=60,
+        encoding="utf-8",
     )
 
 
@@ -102,14 +91,14 @@ def run_script(args, env, *, stdout=subprocess.PIPE, stderr=subprocess.PIPE, clo
 BUFFERING = pytest.mark.parametrize(
     "buffering", [{}, {"PYTHONUNBUFFERED": "1"}], ids=["buffered", "unbuffered"]
 )
-BROKEN_STDOUT = pytest.mark.parametrize(
-    "kind", ["reader-left", pytest.param("full", marks=needs_dev_full), "closed"]
+BROKEN = pytest.mark.parametrize(
+    "kind", ["reader-left", pytest.param("full", marks=needs_dev_full)]
 )
 
 
 @needs_posix
 @BUFFERING
-@BROKEN_STDOUT
+@BROKEN
 def test_a_self_check_that_cannot_write_its_result_keeps_its_own_exit_code(kind, buffering):
     # Lost output is not a failure of the run: the self-check passed, so it exits 0, silently
     with broken("stdout", kind) as streams:
@@ -119,7 +108,7 @@ def test_a_self_check_that_cannot_write_its_result_keeps_its_own_exit_code(kind,
 
 @needs_posix
 @BUFFERING
-@BROKEN_STDOUT
+@BROKEN
 def test_a_self_check_that_cannot_write_its_result_prints_no_python_noise(kind, buffering):
     with broken("stdout", kind) as streams:
         done = run_script(["--self-check"], environment(**buffering), **streams)
@@ -128,22 +117,25 @@ def test_a_self_check_that_cannot_write_its_result_prints_no_python_noise(kind, 
 
 @needs_posix
 def test_a_failing_self_check_that_cannot_write_its_result_still_exits_1(tmp_path):
-    # The exit code is the run's own, not a constant 0: a self-check that fails says so even
-    # when nobody can read it (a copy of the script whose multiply() is wrong)
+    # The exit code is the run's own, not a constant 0: a self-check that fails after its
+    # first "ok" lines were lost says so even when nobody reads its stdout (a copy of the
+    # script whose multiply() is wrong for 6 x 7, the fourth check's second call)
     broken_copy = tmp_path / SCRIPT.name
     source = SCRIPT.read_text(encoding="utf-8")
-    wrong = source.replace("    return a * b\n", "    return a * b + 1\n", 1)
+    wrong = source.replace("    return a * b\n", "    return a * b + (b == 7)\n", 1)
     assert wrong != source
     broken_copy.write_text(wrong, encoding="utf-8")
-    command = ["sh", "-c", 'exec "$@" 1>&-', "sh", sys.executable, str(broken_copy)]
-    done = subprocess.run(
-        [*command, "--self-check"],
-        stderr=subprocess.PIPE,
-        env=environment(),
-        timeout=60,
-        encoding="utf-8",
-    )
+    with broken("stdout", "reader-left") as streams:
+        done = subprocess.run(
+            [sys.executable, str(broken_copy), "--self-check"],
+            stderr=subprocess.PIPE,
+            env=environment(),
+            timeout=60,
+            encoding="utf-8",
+            **streams,
+        )
     assert (done.returncode, noise(done.stderr)) == (1, []), done.stderr
+    assert re.match(r"\[4/\d+\] ", done.stderr) and "self-check failed" in done.stderr
 
 
 @pytest.fixture
@@ -162,7 +154,12 @@ BAD_REQUEST = Reply(status=400, json={"error": {"message": "bad request"}})
 ONLINE_BROKEN = [
     pytest.param(completion(content="42"), "stdout", "reader-left", 0, id="answer-stdout-left"),
     pytest.param(
-        completion(content="42", finish_reason="length"), "stderr", "closed", 1, id="stop-stderr"
+        completion(content="42", finish_reason="length"),
+        "stderr",
+        "full",
+        1,
+        id="stop-stderr-full",
+        marks=needs_dev_full,
     ),
     pytest.param(BAD_REQUEST, "stderr", "reader-left", 3, id="request-failed-stderr-left"),
 ]
@@ -208,61 +205,91 @@ def test_a_reader_that_leaves_mid_output_like_head_ends_nothing_but_the_output(p
     assert (code, err) == (0, "")
 
 
-class StopsAfterOneWrite:
-    """A stream whose reader left after the first write: every later write fails."""
+@needs_posix
+def test_stdout_and_stderr_in_one_log_keep_the_order_they_were_written_in(child_online, provider):
+    # `python3 script 2>&1 | tee log`: the step line comes before the report that follows it,
+    # though stdout into a pipe is block-buffered and stderr is not
+    provider.script(completion(content="248 乘以", finish_reason="length"))
+    done = child_online(["--show-messages"], stderr=subprocess.STDOUT)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1 and lines[0] == "step 1: finish_reason=length", lines
+    assert lines[1].startswith("[Model] step 1: ") and lines[2].startswith("最后一个成功事件")
+    assert json.loads("\n".join(lines[3:]))[0]["role"] == "user", lines
+
+
+# ---------------------------------------------------------------------------
+# In-process: a real pipe whose reader has left, as sys.stdout or sys.stderr
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(params=[True, False], ids=["buffered", "unbuffered"])
+def reader_left(request):
+    """A text stream like sys.stdout on `| head -c1` after head exited: buffered (the
+    default) or unbuffered (python -u). Writes fail with BrokenPipeError, now or at flush."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    raw = io.FileIO(write_end, "w")
+    binary = io.BufferedWriter(raw) if request.param else raw
+    stream = io.TextIOWrapper(binary, encoding="utf-8", write_through=not request.param)
+    yield stream
+    with contextlib.suppress(OSError, ValueError):
+        stream.close()
+
+
+def test_after_a_write_fails_writing_goes_on_and_the_exit_flush_is_quiet(reader_left):
+    out = lesson.MaskedOutput(reader_left, str)
+    for text in ["one\n", "two\n", "three\n"]:
+        out.write(text)  # never raises
+    print("four", file=out)
+    reader_left.flush()  # what the interpreter does on its way out: no "Exception ignored"
+    reader_left.close()
+
+
+def test_a_write_to_a_stream_already_closed_does_not_raise():
+    closed = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    closed.close()
+    out = lesson.MaskedOutput(closed, str)
+    out.write("one\n")
+    print("two", file=out)
+
+
+class Recorder:
+    """A text stream that keeps what happens to it, in order."""
 
     encoding = "utf-8"
 
     def __init__(self):
-        self.writes = []
+        self.events = []
 
     def write(self, text):
-        self.writes.append(text)
-        if len(self.writes) > 1:
-            raise BrokenPipeError(32, "Broken pipe")
+        self.events.append(text)
         return len(text)
 
     def flush(self):
-        pass
+        self.events.append("<flush>")
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        raise io.UnsupportedOperation("fileno")
 
 
-def test_after_a_failed_write_nothing_more_is_written():
-    stream = StopsAfterOneWrite()
-    out = lesson.SafeOutput(stream, str)
-    for text in ["one\n", "two\n", "three\n", "four\n"]:
-        out.write(text)  # never raises
-    out.flush()
-    assert (stream.writes, out.failed) == (["one\n", "two\n"], True)
+def test_every_write_is_masked_and_flushed_at_once():
+    stream = Recorder()
+    out = lesson.MaskedOutput(stream, lesson.secret_mask({"OPENAI_API_KEY": KEY}))
+    print(f"key={KEY}", file=out)
+    assert stream.events == ["key=***", "<flush>", "\n", "<flush>"]
 
 
-class ReaderLeft:
-    """stdout after its reader left (`| head -c1`), in-process: the interpreter-exit part is
-    proven by the self-check processes above; what the online path adds is main()'s choice of
-    exit code. Buffered, a write lands in the buffer and the flush fails; unbuffered, both do."""
-
-    encoding = "utf-8"
-
-    def __init__(self, buffered):
-        self.buffered = buffered
-
-    def write(self, text):
-        if not self.buffered:
-            raise BrokenPipeError(32, "Broken pipe")
-        return len(text)
-
-    def flush(self):
-        raise BrokenPipeError(32, "Broken pipe")
-
-
-@pytest.fixture(params=[True, False], ids=["buffered", "unbuffered"])
-def run_reader_left(request, provider, capsys, monkeypatch):
-    """Run main() online against `provider` with a stdout whose reader has left."""
+@pytest.fixture
+def run_reader_left(reader_left, provider, capsys, monkeypatch):
+    """Run main() online against `provider`, its stdout a pipe whose reader has left."""
 
     def runner(args):
-        monkeypatch.setattr(sys, "stdout", ReaderLeft(request.param))
-        env = online(provider)
-        code = lesson.main(args, env)
-        monkeypatch.undo()
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, "stdout", reader_left)
+            code = lesson.main(args, online(provider))
         return code, capsys.readouterr().err
 
     return runner
@@ -287,25 +314,21 @@ def test_a_stopped_loop_whose_reader_left_keeps_the_loops_exit_code(run_reader_l
 
 
 @needs_posix
-@pytest.mark.parametrize("kind", ["reader-left", "closed"])
+@BROKEN
 def test_a_configuration_report_that_cannot_be_written_keeps_exit_2(kind):
     with broken("stderr", kind) as streams:
         done = run_script([], environment(), **streams)
     assert (done.returncode, done.stdout) == (2, "")
 
 
-@pytest.mark.parametrize(
-    "stderr", [ReaderLeft(True), ReaderLeft(False), None], ids=["buffered", "unbuffered", "closed"]
-)
 def test_a_request_failure_whose_report_cannot_be_written_keeps_exit_3(
-    provider, capsys, monkeypatch, stderr
+    provider, capsys, monkeypatch, reader_left
 ):
     # In-process, like the stdout cases above: the processes above prove the interpreter's exit
-    provider.script(Reply(status=400, json={"error": {"message": "bad request"}}))  # no retry
-    monkeypatch.setattr(sys, "stderr", stderr)
-    env = online(provider)
-    code = lesson.main([], env)
-    monkeypatch.undo()
+    provider.script(BAD_REQUEST)  # one attempt
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "stderr", reader_left)
+        code = lesson.main([], online(provider))
     assert (code, capsys.readouterr().out, len(provider.requests)) == (3, "", 1)
 
 
@@ -375,222 +398,3 @@ def test_show_messages_prints_the_exact_history_as_json_after_escaping(
     final = replies[-1]["choices"][0]["message"]["content"]
     sent = provider.requests[-1].body["messages"]
     assert (code, history) == (0, [*sent, {"role": "assistant", "content": final}])
-
-
-# ---------------------------------------------------------------------------
-# The wait ticker: a status line on a terminal, erased at the end; a line every 10 s elsewhere
-# ---------------------------------------------------------------------------
-
-
-class Waiting:
-    """The stream ticking() writes to: what SafeOutput offers it (put, erasable)."""
-
-    def __init__(self, erasable):
-        self.erasable = erasable
-        self.puts = []
-
-    def put(self, text):
-        self.puts.append(text)
-
-
-@pytest.fixture
-def ticks(monkeypatch):
-    """Drive ticking() with `n` seconds that pass at once: its Event's wait() times out n times,
-    then blocks until the block ends. Returns a function running the ticker for n ticks."""
-
-    def run(stream, n):
-        ticked, done = threading.Event(), threading.Event()
-
-        class Seconds:
-            def __init__(self):
-                self.left = n
-
-            def set(self):
-                done.set()
-
-            def wait(self, _timeout):
-                if self.left == 0:
-                    ticked.set()
-                    return done.wait(30)
-                self.left -= 1
-                return False  # one second "passed"
-
-        fake = type("threading", (), {"Event": Seconds, "Thread": threading.Thread})
-        monkeypatch.setattr(lesson, "threading", fake)
-        with lesson.ticking(stream):
-            assert ticked.wait(30), "the ticker did not tick"
-        return stream.puts
-
-    return run
-
-
-def test_on_a_terminal_the_wait_is_a_status_line_rewritten_each_second_then_erased(ticks):
-    puts = [text for text in ticks(Waiting(erasable=True), 3) if text]
-    *status, erase = puts
-    assert [text.startswith("\r") and "\n" not in text for text in status] == [True] * 3, puts
-    assert [re.findall(r"\d+", text) for text in status] == [["1"], ["2"], ["3"]], puts
-    assert (erase[0], erase[-1], erase.strip()) == ("\r", "\r", ""), puts  # blanked, cursor back
-    assert len(erase) - 2 >= max(len(text) for text in status) - 1, puts  # covers the status
-
-
-def test_on_a_terminal_a_reply_within_the_first_second_writes_nothing(ticks):
-    assert "".join(ticks(Waiting(erasable=True), 0)) == ""
-
-
-@pytest.mark.parametrize(("seconds", "lines"), [(0, 0), (9, 0), (10, 1), (25, 2)])
-def test_off_a_terminal_the_wait_is_one_plain_line_every_10_seconds(ticks, seconds, lines):
-    written = "".join(ticks(Waiting(erasable=False), seconds))
-    assert "\r" not in written and written.count("\n") == lines, repr(written)
-    assert re.findall(r"\d+", written) == [str(10 * (i + 1)) for i in range(lines)], written
-
-
-class Terminal:
-    encoding = "utf-8"
-
-    def __init__(self, tty):
-        self.tty = tty
-
-    def isatty(self):
-        return self.tty
-
-    def write(self, text):
-        return len(text)
-
-    def flush(self):
-        pass
-
-
-@pytest.mark.parametrize(
-    ("tty", "dumb", "erasable"), [(True, False, True), (True, True, False), (False, False, False)]
-)
-def test_only_a_terminal_that_understands_carriage_returns_gets_the_status_line(
-    tty, dumb, erasable
-):
-    assert lesson.SafeOutput(Terminal(tty), str, dumb).erasable is erasable
-
-
-# The ticker inside a real run: main() hands it stderr; the provider answers at once, and each
-# request "waits" `seconds` fake seconds, so what is written does not depend on the machine.
-
-
-@pytest.fixture
-def seconds_per_request(monkeypatch):
-    """set(n): from now on, every ticking() sees n seconds pass before its request ends."""
-
-    class Seconds:
-        def __init__(self, n):
-            self.left, self.done = n, threading.Event()
-
-        def set(self):
-            self.done.set()
-
-        def wait(self, _timeout):
-            if self.left == 0:
-                return self.done.wait(30)
-            self.left -= 1
-            return False  # one second "passed", whether or not the reply has come
-
-    def set_seconds(n):
-        fake = type("threading", (), {"Event": lambda: Seconds(n), "Thread": threading.Thread})
-        monkeypatch.setattr(lesson, "threading", fake)
-
-    return set_seconds
-
-
-class TerminalText:
-    """A text stream that says it is a terminal (the stderr of `python3 script > log`)."""
-
-    encoding = "utf-8"
-
-    def __init__(self, tty=True):
-        self.tty, self.text = tty, []
-
-    def isatty(self):
-        return self.tty
-
-    def write(self, text):
-        self.text.append(text)
-        return len(text)
-
-    def flush(self):
-        pass
-
-    def getvalue(self):
-        return "".join(self.text)
-
-
-def screen(written):
-    """What a terminal shows after `written`: \r goes back to column 0 and later text overwrites
-    earlier text; wide characters (and ambiguous ones, wide on CJK terminals) take two columns."""
-    rows = []
-    for line in written.split("\n"):
-        cells, column = [], 0
-        for char in line:
-            if char == "\r":
-                column = 0
-                continue
-            width = 2 if unicodedata.east_asian_width(char) in "WFA" else 1
-            cells += [" "] * (column + width - len(cells))
-            cells[column : column + width] = [char] + [""] * (width - 1)
-            column += width
-        rows.append("".join(cells).rstrip())
-    return "\n".join(rows).strip()
-
-
-@pytest.fixture
-def run_watched(provider, monkeypatch):
-    """main() in-process with stderr on `terminal`; returns (code, stdout, what stderr got)."""
-
-    def run(terminal, *replies, **variables):
-        provider.script(*replies)
-        answer = io.StringIO()
-        with monkeypatch.context() as patch:
-            patch.setattr(sys, "stdout", answer)
-            patch.setattr(sys, "stderr", terminal)
-            code = lesson.main([], {**online(provider), **variables})
-        return code, answer.getvalue(), terminal.getvalue()
-
-    return run
-
-
-def test_on_a_terminal_the_wait_is_shown_and_leaves_nothing_on_the_screen(
-    run_watched, seconds_per_request
-):
-    seconds_per_request(3)
-    code, out, err = run_watched(TerminalText(), ARTICLE_TOOL_TURN, ARTICLE_FINAL)
-    assert (code, out.splitlines()) == (0, ARTICLE_LINES)  # the status never reaches stdout
-    statuses = [text for text in re.findall(r"\r([^\r\n]*)", err) if text.strip()]
-    assert [re.findall(r"\d+", text)[:1] for text in statuses] == [["1"], ["2"], ["3"]] * 2, err
-    assert "\n" not in err and screen(err) == "", repr(err)
-
-
-def test_on_a_terminal_the_report_after_a_wait_stands_alone(run_watched, seconds_per_request):
-    seconds_per_request(12)
-    bad = Reply(status=400, json={"error": {"message": "bad second turn"}})
-    code, _, err = run_watched(TerminalText(), ARTICLE_TOOL_TURN, bad)
-    report = screen(err).splitlines()
-    assert (code, len(report)) == (3, 2), repr(err)
-    assert report[0].startswith("[Provider] step 2: HTTP 400：bad second turn"), report
-
-
-@pytest.mark.parametrize(
-    ("tty", "variables"),
-    [
-        pytest.param(False, {}, id="not-a-terminal"),
-        pytest.param(True, {"TERM": "dumb"}, id="dumb-terminal"),
-    ],
-)
-def test_off_a_terminal_the_wait_is_a_plain_line_every_10_seconds(
-    run_watched, seconds_per_request, tty, variables
-):
-    seconds_per_request(12)  # each of the two requests waits 12 s: one line each
-    code, out, err = run_watched(TerminalText(tty), ARTICLE_TOOL_TURN, ARTICLE_FINAL, **variables)
-    lines = err.splitlines()
-    assert (code, out.splitlines(), "\r" in err) == (0, ARTICLE_LINES, False), repr(err)
-    assert [re.findall(r"\d+", line)[:1] for line in lines] == [["10"], ["10"]], lines
-
-
-def test_a_reply_in_the_first_second_writes_nothing_about_waiting(run_watched, seconds_per_request):
-    seconds_per_request(0)
-    code, out, err = run_watched(TerminalText(), ARTICLE_TOOL_TURN, ARTICLE_FINAL)
-    assert (code, out.splitlines(), err) == (0, ARTICLE_LINES, "")
