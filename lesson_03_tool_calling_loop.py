@@ -527,7 +527,7 @@ class ConfigError(AgentStop):  # 配置里确定的错（Harness 这一环），
 def check_config(environment):
     """在发出任何请求之前，只拦下确定的错；返回之后用到的全部值。"""
     for old, name in OLD_NAMES.items():
-        if environment.get(old) and not environment.get(name):
+        if environment.get(old) and not environment.get(name):  # 设成空串的不算
             what = f"没设 {name}，却设着 {old}（旧教程或别的工具用的名字，脚本不读它）"
             raise ConfigError(HARNESS, what, f'改用 {name}：export {name}="${old}"')
     values = {name: environment.get(name, "").strip() for name in VARIABLES + CERTIFICATES}
@@ -551,31 +551,32 @@ def variable_problem(name, value):
         return ()
     if re.fullmatch(r"[\"'“‘].*[\"'”’]", value, re.S):  # 两边的引号
         return "两边带着引号（多半是从 .env 文件连引号一起复制的）", "去掉引号"
-    # 没展开的变量 $NAME、${NAME}、%NAME%，文档里待填的 {NAME}、<你的网关>、sk-...、your-api-key
-    if re.search(r"\$\{?[A-Za-z_]\w*|[{%][A-Za-z_]\w*[}%]|<[^<>]*>|\.\.\.|…|\byour[-_]", value):
+    # 没展开的 $NAME、${NAME}、%NAME%（不是 %E6% 这样的转义），待填的 {NAME}、<网关>、sk-...、your-
+    if re.search(
+        r"\$\{?[A-Za-z_]|\{[A-Za-z_]\w*\}|%[A-Za-z_]\w{2,}%|<[^<>]*>|\.\.\.|…|\byour[-_]", value
+    ):
         return "里面还有占位符或没展开的变量", "换成你自己的真实值（单引号里的 $NAME 不会展开）"
-    if name == "OPENAI_API_KEY" and value[:7].lower() == "bearer ":
+    if value.startswith("Bearer "):
         return "开头多了 Bearer（SDK 会自己加）", "只留 key"
-    # key 在 HTTP 头里、地址在网址里，只能是看得见的 ASCII；模型名可以是中文，但不能有空白、控制字符
-    bad = re.search(r"[\s\x00-\x1f\x7f]" if name == "OPENAI_MODEL" else r"[^!-~]", value)
+    # key 在 HTTP 头里、地址在网址里：只能是看得见的 ASCII；模型名可以有中文，不能有空白、看不见的字
+    ascii_only = name != "OPENAI_MODEL"
+    bad = [c for c in value if c == " " or not c.isprintable() or (ascii_only and not c.isascii())]
     if bad:
         half = unicodedata.normalize("NFKC", bad[0])  # 全角的「：」是半角的「:」
         fix = f"换成半角的「{half}」" if half != bad[0] and half.isprintable() else ""
-        return (
-            f"第 {bad.start() + 1} 个字符 {bad[0]!r} 不能用",
-            fix or "删掉它（.env 要用 LF 换行）",
-        )
+        return f"第 {value.index(bad[0]) + 1} 个字符 {bad[0]!r} 不能用", fix or "删掉它"
     if name == "OPENAI_BASE_URL":
         try:
             url = urlsplit(value)
-            port = url.port  # 不是 0–65535 的数（localhost:port 这样的占位符）在这里报错
-        except ValueError:
-            return "主机或端口写错了", "写成 http(s)://主机[:端口]/路径，照 Provider 的文档写"
-        if url.scheme not in ("http", "https") or not url.hostname or port == 0:
+            ok = url.scheme in ("http", "https") and url.hostname and url.port != 0
+        except ValueError:  # 端口不是 0–65535 的数（localhost:port 这样的占位符）、[IPv6 没写完
+            ok = False
+        if not ok:
             return "要写成 http(s)://主机[:端口]/路径", "照 Provider 的文档写"
         if url.path.rstrip("/").endswith("/chat/completions"):
             return "写到了 /chat/completions", "写到它之前为止：SDK 自己会加"
-    if name == "OPENAI_TIMEOUT" and not re.fullmatch(r"\d{1,4}(\.\d+)?", value):
+    # 秒数：不到 1 万，也不是 0（0 秒里什么都答不了）
+    if name == "OPENAI_TIMEOUT" and not (re.fullmatch(r"\d{1,4}(\.\d+)?", value) and float(value)):
         return "要是秒数", "例如 export OPENAI_TIMEOUT=60"
     return ()
 
@@ -592,7 +593,7 @@ CONCEPTS = [  # (这件事的中英文说法, 失败的一环, 建议)
     (r"support.{0,12}(tools?|tool use|function call)|tools?.{0,12}not supported|tools? param"
      r"|tool choice",  # 不支持 tools
      MODEL, "换支持 tools 的模型或端点（vLLM 开自动工具选择，llama.cpp 别加 --no-jinja）"),
-    (r"enable.?thinking|thinking is enabled|stream mode|stream=false|non.?stream|流式|思考",
+    (r"enable.?thinking|stream mode|stream=false|non.?stream|流式|思考",
      PROVIDER, "这个模型开着思考、只收流式请求：本课只发普通请求，换不开思考也能调用工具的模型"),
     (r"rate.?limit|too many requests|per.?minute|concurren|\brpm\b|\btpm\b|request limit"
      r"|retry in|频率|速率|并发|访问量过大|限流", PROVIDER, HINT_RATE),
@@ -602,26 +603,23 @@ CONCEPTS = [  # (这件事的中英文说法, 失败的一环, 建议)
      r"|上下文|超长|过长|长度超", MODEL, "超出了模型的上下文长度：问短一点，或换上下文更大的模型"),
     (r"country|region|territory|location is not supported|地区|地域", PROVIDER,
      "这个地区用不了它：换本地区能用的 Provider，或用它在本地区的站点（key 按站点分开）"),
-    (r"bind your|实名", PROVIDER, "账号还没开通好（魔搭要先绑定阿里云账号、实名）：不是 key 错了"),
     (r"model\b.{0,60}(not exist|not found)|not found the model|not activated the model"
      r"|invalid model|endpoint that does not exist|not supported for format|无可用渠道"
      r"|模型不存在|无权(使用|访问)模型", PROVIDER,
      "检查 OPENAI_MODEL：与 Provider 模型列表一字不差、账户已开通；经网关时令牌要有权用它"),
     (r"api.{0,3}key|\btoken(?!s)|auth|credential|unauthorized|no connected db|令牌|密钥", PROVIDER,
      HINT_KEY),
-    (r"upstream|connection error|no fallback|bad gateway|上游", PROVIDER,
+    (r"upstream connect|connection error|no fallback|bad gateway|上游", PROVIDER,
      "网关或服务答了，但它后面的模型服务失败了：稍后再试；经网关就问它的管理员"),
 ]
 STATUS_HINTS = {  # 各家含义一致的状态码
     401: HINT_KEY,
-    402: HINT_BALANCE,
     404: "检查 OPENAI_BASE_URL 的路径（多以 /v1 结尾；智谱 /api/paas/v4，火山方舟 /api/v3）",
     429: HINT_RATE,
 }
 # fmt: on
 # 错误体里给人看的那句话，不论信封：error.message、msg、error_msg、status_msg、detail、raw……
 WORDS = r'"(?:message|msg|error_msg|status_msg|detail|error|raw)"\s*:\s*"((?:[^"\\]|\\.)*)"'
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
 
 
 class RequestFailed(AgentStop):  # 没拿到能读的回复：请求失败，或 HTTP 2xx 的响应体不是回复
@@ -651,8 +649,8 @@ def make_client(config):
 
     def create(**request):
         try:
-            raw = client.chat.completions.with_streaming_response  # 要的是响应体的字节
-            with raw.create(**request) as response:  # 只有 SDK 的异常从这里出来
+            # 要的是响应体的字节；只有 SDK 的异常从这里出来
+            with client.chat.completions.with_streaming_response.create(**request) as response:
                 return read_reply(response.iter_bytes(), response.status_code)
         except openai.APIStatusError as error:
             status = error.status_code
@@ -665,32 +663,41 @@ def make_client(config):
 
 def network_failure(cause, config):
     """断在哪一跳（代理、TLS、远端的端点、本机的服务）和怎么修。看 HTTP 库的异常类型，和它当时正在
-    连的地址：连的不是端点，就是代理（走不走代理是它按环境变量定的，这里不重推）。"""
+    连的地址：连的不是端点，就是代理（走不走代理是它按环境变量定的，这里不重推）。代理答了 407、502
+    时没在连，说不出它的地址。"""
     url = urlsplit(config["OPENAI_BASE_URL"])
     endpoint = f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}"
     kinds, address = what_failed(cause)
-    address = address or endpoint
-    if "ProxyError" in kinds or address != endpoint:  # 代理没在运行、端口不对、不肯转发（407、502）
-        what = f"代理 {address} 没接通（HTTPS_PROXY、ALL_PROXY 等变量指着它）"
-        hint = "打开代理软件（Clash、V2Ray），核对端口（Clash Verge 默认 7897，老版本 7890）；"
-        hint += "要认证（407）就把用户名密码写进代理地址；本机端点别经代理：NO_PROXY=127.0.0.1"
+    seconds = config["OPENAI_TIMEOUT"]
+    if "ProxyError" in kinds or address not in ("", endpoint):  # 代理没在运行、端口不对、不肯转发
+        what = f"代理 {address or '（HTTPS_PROXY、ALL_PROXY 指的）'} 没接通"
+        hint = (
+            "打开代理软件（Clash、V2Ray），核对端口（Clash Verge 默认 7897，老版本 7890）；407 要"
+            "把用户名密码写进代理地址，502 就换节点；本机端点别经代理：NO_PROXY=127.0.0.1"
+        )
     elif "SSLCertVerificationError" in kinds:
         what = f"{endpoint} 的 TLS 证书不受信任"
         hint = "公司网络或代理软件在检查 TLS：把它的根证书写进 SSL_CERT_FILE，或换个网络"
     elif "SSLError" in kinds:  # 对方说的不是 TLS：端点或代理的 http 端口写成了 https://
         what = "TLS 握手失败：对方说的不是 TLS"
         hint = "OPENAI_BASE_URL 或代理的地址把 http:// 写成了 https://（本机服务、Clash 都是 http）"
+    elif "SSLEOFError" in kinds:  # 握手到一半连接被关掉：代理的节点不通，或直连被拦
+        what = f"和 {endpoint} 的 TLS 握手被断开"
+        hint = "经代理的，多半是代理的节点不通：换个节点；没经代理的，国外的端点在国内常要经代理"
     elif "ReadTimeout" in kinds:
-        what = f"连上了，{config['OPENAI_TIMEOUT']:g} 秒（OPENAI_TIMEOUT）内没等到响应"
+        what = f"连上了，{seconds:g} 秒（OPENAI_TIMEOUT）内没等到响应"
         hint = "模型慢（本机小模型、推理模型）就调大 OPENAI_TIMEOUT"
-    elif kinds[0] in ("ConnectError", "ConnectTimeout") and url.hostname in LOCAL_HOSTS:
+    elif "ConnectTimeout" in kinds:  # 连接最多等 5 秒（make_client）
+        what = f"{min(seconds, 5):g} 秒内没连上 {endpoint}"
+        hint = "对方不应答连接：检查网络；国外的端点在国内常要经代理：HTTPS_PROXY=http://127.0.0.1:7897"
+    elif "ConnectError" in kinds and url.hostname in ("localhost", "127.0.0.1", "0.0.0.0"):
         what = f"本机 {endpoint} 上没有服务在应答"
         hint = "先启动服务（llama-server、Ollama……）并核对端口；本机服务多用 http://"
-    elif kinds[0] in ("ConnectError", "ConnectTimeout"):
+    elif "ConnectError" in kinds:
         what = f"连不上 {endpoint}"
         hint = "检查网络和主机名；国外的端点在国内常要经代理：HTTPS_PROXY=http://127.0.0.1:7897"
     else:  # 连上了，却没读到完整的响应（对方断开、协议出错）
-        what = f"连上了 {address}，没收到完整的响应就断了"
+        what = f"连上了 {endpoint}，没收到完整的响应就断了"
         hint = "看服务端日志，和中间的代理、网关"
     return RequestFailed(SDK_NETWORK, f"{what}（{kinds[0]}: {clip(str(cause), 120)}）", hint)
 
@@ -700,7 +707,7 @@ def what_failed(error):
     traceback 里 connect_tcp 的参数；没在连是空串）。"""
     kinds = []
     address = ""
-    while error is not None:
+    while error:
         kinds.append(type(error).__name__)
         for frame, _ in traceback.walk_tb(error.__traceback__):
             if frame.f_code.co_name == "connect_tcp":
@@ -712,11 +719,12 @@ def what_failed(error):
 def provider_words(text):
     """Provider 的原话：JSON 错误体里给人看的话，不论信封；没有就是空串（报告引用响应体本身）。"""
     said = []
-    for literal in re.findall(WORDS, text)[:3]:  # 只用正则读：不管它嵌套多深
+    for literal in re.findall(WORDS, text):  # 只用正则读：不管它嵌套多深
         with contextlib.suppress(ValueError):
             literal = json.loads(f'"{literal}"')
-        said.append(provider_words(literal) or literal)  # 字符串里又是一个 JSON 错误体，也读出原话
-    return "：".join(dict.fromkeys(s for s in said if s.strip()))
+        # 字符串本身又是一个 JSON 错误体（网关转述上游）：读出里面的原话
+        said.append(provider_words(literal) if literal[:1] in "{[" else literal)
+    return "：".join(dict.fromkeys(filter(str.strip, said)))
 
 
 def provider_failure(what, status, text):
@@ -724,10 +732,10 @@ def provider_failure(what, status, text):
     words = provider_words(text)
     quoted = f"{what}{clip(words or text) or '（响应体是空的）'}"
     for pattern, link, hint in CONCEPTS:
-        if re.search(pattern, words, re.IGNORECASE):
+        if re.search(pattern, words or text, re.IGNORECASE):  # 没有 JSON 的原话，就读整页
             return RequestFailed(link, quoted, hint)
-    hint = STATUS_HINTS.get(status, HINT_WORDS if words else "看服务端日志，或换端点")
-    return RequestFailed(PROVIDER, quoted, hint)
+    quiet = "没有原话：OPENAI_BASE_URL 要指 API 而非网页；本机端点别经代理（NO_PROXY）；看服务日志"
+    return RequestFailed(PROVIDER, quoted, STATUS_HINTS.get(status, HINT_WORDS if words else quiet))
 
 
 # ---- 字节变成回复：2xx 的字节只在这里变成 Loop 读的对象；读不了、不合协议，是 Provider 的失败 ----
@@ -735,11 +743,12 @@ def read_reply(chunks, status=200):
     """字节 → JSON → Loop 读的对象，只在这里查一次：之后第一部分照课文的写法直接读字段。"""
     body = bytearray()
     try:
-        for chunk in chunks:
+        for chunk in chunks:  # 读到一半断了，也能引用已经读到的开头
             body += chunk
         data = json.loads(body.decode("utf-8-sig"))  # JSON 的标准允许开头的 BOM
         # 要存进历史的下次照原样发回：SDK 发不出去的（NaN、孤立的代理字符、太深的嵌套）现在就说
         json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
+        for_display(data)  # 在 Python 里一层层走一遍：嵌套深到之后带回去会递归出错的，现在就停下
     except Exception as error:  # 解压出错、中途断开、不是 UTF-8、不是 JSON：对方的字节读不了
         what = f"HTTP {status}，但响应体读不了（{type(error).__name__}: {clip(str(error), 80)}）："
         raise provider_failure(what, status, body.decode(errors="replace")) from None
@@ -757,7 +766,7 @@ def read_reply(chunks, status=200):
 # 是可以没有的字段（没有就是 None）；没写 NONE 的必须有；列表没有就是空的。object 是 Provider 的
 # 不透明字段，原样留着；error 只许没有（OpenRouter 把生成中途的错误放在 choices[0].error）。
 NONE = type(None)
-CALL = {"id": (str, NONE), "type": str, "function": {"name": str, "arguments": str}}
+CALL = {"id": (str, NONE), "type": "function", "function": {"name": str, "arguments": str}}
 CALL |= dict.fromkeys(ECHOED_CALL_FIELDS, object)
 MESSAGE = {"content": (str, NONE), "refusal": object, "tool_calls": [CALL]}
 MESSAGE |= dict.fromkeys(ECHOED_MESSAGE_FIELDS, object)
@@ -771,8 +780,8 @@ def shaped(spec, value, where):
         return SimpleNamespace(**fields)
     if isinstance(spec, list) and isinstance(value, (list, NONE)):
         return [shaped(spec[0], item, f"{where}[]") for item in value or []]
-    if isinstance(spec, (type, tuple)) and isinstance(value, spec):
-        return value
+    if (isinstance(spec, (type, tuple)) and isinstance(value, spec)) or value == spec:
+        return value  # spec 是一个值（"function"）时，只许正是这个值
     raise ValueError(f"{where} 不对：{clip(value, 60)}")
 
 
@@ -805,8 +814,10 @@ ORDER_GLUE = r"""(?:
 VALUE = r"""(?:-?\d[\d.]*|"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|true|false|null|<)"""
 # 不看名字的两条：模板的控制标记 <|…|>、<｜…｜ 从来不是回答；回答一开头就是“名字 + 参数”的 JSON
 CONTROL_TOKEN = r"<\|[^<>|\s]{1,40}\|>|<｜[^<>｜\n]{1,40}｜"
-CALL_HEAD = r'\s*(?:```\w*)?[\s\[{]*\{\s*"(?:name|tool_name|function)"\s*:\s*"[^"\n]*"\s*,\s*'
-CALL_HEAD += r'"(?:arguments|parameters|args)"\s*:(?!\s*\{\s*"type"\s*:\s*"object")'  # 不是 Schema
+CALL_HEAD = (
+    r'\s*(?:```\w*)?[\s\[{]*\{\s*"(?:name|tool_name|function)"\s*:\s*"[^"\n]*"\s*,\s*'
+    r'"(?:arguments|parameters|args)"\s*:(?!\s*\{\s*"type"\s*:\s*"object")'  # 参数不是 Schema
+)
 
 
 def written_orders(text):
@@ -827,13 +838,18 @@ def written_orders(text):
 
 
 # ---- 文字出去：只显示课文讲到的字段；秘密只经过一道遮罩；每个字都经过同一个出口 ----
+# 课文讲到的消息字段：一份允许名单
 SHOWN = {"role", "content", "tool_calls", "tool_call_id", "id", "type", "function", "name"}
-SHOWN.add("arguments")  # 课文讲到的消息字段：一份允许名单
+SHOWN.add("arguments")
 # 像 key 的一段：sk-…、gsk_…、xai-…、AIza…、JWT、32 位以上的字母数字（智谱）、UUID（火山方舟）
-KEY_LIKE = r"\b(?:sk|gsk|xai)[-_][\w-]{8,}|\bAIza[\w-]{20,}|\beyJ[\w-]{10,}\.[\w.-]+"
-KEY_LIKE += r"|[A-Za-z0-9]{32,}|\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"
+KEY_LIKE = (
+    r"\b(?:sk|gsk|xai)[-_][\w-]{8,}|\bAIza[\w-]{20,}|\beyJ[\w-]{10,}\.[\w.-]+"
+    r"|[A-Za-z0-9]{32,}|\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"
+)
 # 终端控制字符和改变文字方向的字符：模型、Provider 写来的字不能操纵终端
-TERMINAL_UNSAFE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+TERMINAL_UNSAFE = (
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]|\r(?!\n)"
+)
 
 
 def for_display(value):
@@ -856,7 +872,7 @@ def secret_mask(environment):
     secret = re.compile(rf"(?:{starts})[\w\-./+=%\\]*" if starts else "(?!)", re.IGNORECASE)
 
     def mask(text):
-        text = secret.sub("***", text.replace("\r\n", "\n"))  # 单独的 \r 在下面转义
+        text = secret.sub("***", text)
         text = re.sub(r"\b([A-Za-z][\w+.-]*://)[^\s/]+@", r"\1***@", text)  # 密码里也可能有 @
         return re.sub(TERMINAL_UNSAFE, lambda match: f"\\u{ord(match[0]):04x}", text)
 
@@ -891,7 +907,7 @@ OPTIONS = ("--self-check", "--demo", "--show-messages", "--help", "-h")
 
 
 def run_command(argv, environment):
-    """解析参数（像 -x、--word 的才是选项，"-7 乘以 6" 仍是问题），然后自检、演示或在线运行。"""
+    """解析参数（像 -x、--word 的才是选项，"-7 乘以 6" 仍是问题），然后自检、演示或在线跑一轮。"""
     # 中文输入法把 -- 打成 ——、－－：这样的词也是选项，只是写错了
     options = [arg for arg in argv if re.fullmatch(r"(--?|[—－–]+)[A-Za-z][\w-]*(=.*)?", arg)]
     question = " ".join(arg for arg in argv if arg not in options).strip() or DEFAULT_QUESTION
@@ -899,22 +915,15 @@ def run_command(argv, environment):
         print(HELP)
         return EXIT_OK
     for option in set(options) - set(OPTIONS):
-        meant = re.sub("^[—－–]+", "--", option)
+        meant = "--" + option.lstrip("—－–")
         problem = f"{option}（横线是全角的，应为 {meant}）" if meant in OPTIONS else option
-        print(
-            f"参数错误：不认识的选项 {clip(problem, 120)}\n{HELP.splitlines()[0]}", file=sys.stderr
-        )
+        print(f"参数错误：不认识的选项 {problem}\n{HELP.splitlines()[0]}", file=sys.stderr)
         return EXIT_USAGE
     if "--self-check" in options:
         return self_check()
     if "--demo" in options:
         return demo()
-    return run_online(question, environment, "--show-messages" in options)
-
-
-def run_online(question, environment, show_messages):
-    """在线跑一轮：打印回答（回答里还有写成文字的调用，就在 stderr 说出来），或两行报告。"""
-    messages = []
+    messages = []  # 在线跑一轮：打印回答，或两行报告
     config = {}
     try:
         config = check_config(environment)
@@ -924,7 +933,7 @@ def run_online(question, environment, show_messages):
         report(stop, config, messages)
         return stop.exit_code
     finally:  # 失败了、按了 Ctrl-C、程序出错也打印：看得到停在了哪里
-        if show_messages and messages:
+        if "--show-messages" in options and messages:
             print(json.dumps(for_display(messages), ensure_ascii=False, indent=2))
     orders = written_orders(answer)  # 只在工具运行过之后才会留下（第一部分 final_answer）
     if orders:  # 可能是半个回答：执行过的只有上面 step 行里的调用
@@ -949,14 +958,15 @@ def last_success(stop, messages):
     if stop.step and not isinstance(stop, RequestFailed):  # 响应读到了，是它不可信
         return f"step {stop.step}: 收到响应"
     if messages[-1]["role"] == "tool":
-        return f"{clip(messages[-1]['tool_call_id'], 80)} 的 Tool Result 已写入历史"
+        return f"{clip(messages[-1]['tool_call_id'])} 的 Tool Result 已写入历史"
     return "Harness 已就绪，user 消息已写入历史"
 
 
-def main(argv, environ):
+def main(argv, environment):
     """命令行入口，返回退出码。环境只在这里读一次；所有输出都经过同一道遮罩。"""
-    environment = dict(environ)
     mask = secret_mask(environment)
+    with contextlib.suppress(AttributeError):  # 终端编码写不出的字写成 \u 转义，不让输出断掉
+        sys.stdout.reconfigure(errors="backslashreplace")
     out = MaskedOutput(sys.stdout, mask)
     err = MaskedOutput(sys.stderr, mask)
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
