@@ -1,14 +1,13 @@
 """The command line, run in-process through main(): arguments, help, and the configuration
 checks that stop a run with exit 2 before any request is sent."""
 
-import json
 import re
 import sys
 
 import pytest
 
 import lesson_03_tool_calling_loop as lesson
-from tests.provider_server import ProviderServer, completion
+from tests.provider_server import ProviderServer, Reply, completion
 from tests.runs import Run
 
 KEY = "sk-cli-secret-0123456789"
@@ -77,8 +76,9 @@ MISSING = [
 @pytest.mark.parametrize(("variables", "missing"), MISSING)
 def test_a_missing_variable_exits_2_naming_it_in_two_stderr_lines(run, server, variables, missing):
     result = run([], {"OPENAI_BASE_URL": server.base_url, **variables})
-    reported = (result.code, result.err_lines[:1], len(result.err_lines), result.out)
-    assert reported == (2, [f"[Harness] 缺少环境变量 {missing}"], 2, ""), result.err
+    assert (result.code, len(result.err_lines), result.out) == (2, 2, ""), result.err
+    assert result.err_lines[0].startswith(f"[Harness] {missing} "), result.err
+    assert server.requests == []
 
 
 # (variable overrides, the variable the report must name); {port} is the server's port
@@ -89,24 +89,16 @@ BAD_CONFIGURATION = [
         "OPENAI_BASE_URL",
         id="full-endpoint-path",
     ),
-    # the SDK's HTTP library refuses these while the client is built: exit 2, the hint names
-    # the variable (the script itself has no port check)
+    # the script has no port or bracket check: these reach the SDK's HTTP library (or urlsplit)
     pytest.param({"OPENAI_BASE_URL": "http://127.0.0.1:abc/v1"}, "OPENAI_BASE_URL", id="port-abc"),
+    pytest.param(
+        {"OPENAI_BASE_URL": "http://127.0.0.1:99999/v1"}, "OPENAI_BASE_URL", id="port-99999"
+    ),
     pytest.param({"OPENAI_BASE_URL": "http://[::1/v1"}, "OPENAI_BASE_URL", id="unclosed-ipv6"),
     pytest.param({"OPENAI_BASE_URL": "ftp://127.0.0.1:{port}/v1"}, "OPENAI_BASE_URL", id="ftp"),
-    pytest.param(
-        {"OPENAI_BASE_URL": "http://127.0.0.1:{port}/v1?api-version=2024-01-01"},
-        "OPENAI_BASE_URL",
-        id="query-string",
-    ),
-    pytest.param(
-        {"OPENAI_BASE_URL": "http://user:pass@127.0.0.1:{port}/v1"},
-        "OPENAI_BASE_URL",
-        id="userinfo",
-    ),
     *(
         pytest.param({"OPENAI_TIMEOUT": value}, "OPENAI_TIMEOUT", id=f"timeout-{value}")
-        for value in ["soon", "0", "nan", "inf", "-1", "3601", "1e308"]
+        for value in ["soon", "nan", "inf", "-1", "1e308", "86400"]
     ),
     pytest.param({"OPENAI_API_KEY": KEY + "“"}, "OPENAI_API_KEY", id="non-ascii-key"),
     pytest.param({"OPENAI_API_KEY": "sk-cli secret-0123456789"}, "OPENAI_API_KEY", id="key-space"),
@@ -126,9 +118,12 @@ def configured(env, server, overrides):
 
 @pytest.mark.parametrize(("overrides", "variable"), BAD_CONFIGURATION)
 def test_bad_configuration_exits_2_naming_the_variable(run, env, server, overrides, variable):
-    result = run([], configured(env, server, overrides))
+    variables = configured(env, server, overrides)
+    result = run([], variables)
     first = result.err_lines[0] if result.err_lines else ""
-    named = variable in result.err  # in the first line, or (the SDK refused it) in the hint
+    # The script's own checks name the variable; when the SDK refuses the address while it
+    # builds its client, the report shows the address itself ("端点 ...")
+    named = variable in first or variables[variable] in first
     assert (result.code, first.startswith("[Harness] "), named) == (2, True, True), result.err
 
 
@@ -137,7 +132,7 @@ def aims_at_the_server(param):
     only then does "no request reached the server" say anything. A non-ASCII key or a lone
     surrogate in the model name could not be encoded by the SDK either."""
     url = param.values[0].get("OPENAI_BASE_URL", "http://127.0.0.1:{port}/v1")
-    aimed = url.startswith(("http://127.0.0.1:{port}/", "http://user:pass@127.0.0.1:{port}/"))
+    aimed = url.startswith("http://127.0.0.1:{port}/")
     return aimed and param.id not in {"non-ascii-key", "model-lone-surrogate"}
 
 
@@ -157,10 +152,11 @@ def test_bad_configuration_is_reported_in_two_stderr_lines_only(
     assert (len(result.err_lines), result.out) == (2, ""), result.err
 
 
-# A URL's password is a secret like the key: neither the report that the URL carries
-# credentials, nor any other report about the value, may show it. The passwords are not
-# KEY_LIKE (only the URL makes them secret) and each value is one a learner can type: an
-# unescaped @ in the password, a stray space, a missing scheme or slash.
+# A URL's password is a secret like the key. Some of these addresses are refused before any
+# request, the others are sent and the server's error brings the report that shows the
+# endpoint: neither may show the password. The passwords are not KEY_LIKE (only the URL makes
+# them secret) and each value is one a learner can type: an unescaped @ in the password, a
+# stray space, a missing scheme or slash.
 @pytest.mark.parametrize(
     ("template", "password"),
     [
@@ -175,13 +171,16 @@ def test_bad_configuration_is_reported_in_two_stderr_lines_only(
     ],
 )
 def test_a_password_in_the_base_url_is_never_echoed(run, env, server, password, template):
+    server.script(Reply(status=500, json={"error": {"message": "upstream failed"}}))
     url = template.format(password=password, host=f"127.0.0.1:{server.port}")
     result = run([], {**env, "OPENAI_BASE_URL": url})
-    assert (result.code, server.requests) == (2, [])
+    assert result.code in (2, 3) and "Traceback" not in result.err, result.err
     # Word by word: a report may turn the whitespace into something else and still leak
     pieces = [part for part in re.split(r"[@:/\s]+", password) if part]
     leaked = [part for part in pieces if part in result.out + result.err]
     assert leaked == [], result.err
+    # the address is either refused, or sent and shown in the report with its password masked
+    assert result.code == 2 or f"端点 http://***@127.0.0.1:{server.port}/v1" in result.err
 
 
 @pytest.mark.parametrize(
@@ -204,8 +203,7 @@ def test_the_api_key_never_appears_in_a_configuration_report(run, env, server, o
 # per variable (the same check for every variable), and the report says what to do. Only
 # certain mistakes are named: which variable a value "looks like" is never guessed.
 # (variable, value, words the first line must contain, words the hint must contain)
-MISTAKES = [
-    pytest.param("OPENAI_API_KEY", "Bearer " + KEY, ["Bearer"], [], id="bearer-prefix"),
+NAMED_MISTAKES = [
     pytest.param("OPENAI_API_KEY", f'"{KEY}"', ["引号"], ["引号"], id="quoted-key"),
     pytest.param(
         "OPENAI_BASE_URL", '"http://127.0.0.1:{port}/v1"', ["引号"], ["引号"], id="quoted-url"
@@ -218,30 +216,31 @@ MISTAKES = [
         id="single-quoted-url",
     ),
     pytest.param("OPENAI_MODEL", "“gpt-4o-mini”", ["引号"], ["引号"], id="curly-quoted-model"),
+    # a full-width character: its position, and the half-width one to type instead
     pytest.param(
         "OPENAI_BASE_URL",
         "http：//127.0.0.1:{port}/v1",
-        ["第 5 个字符", "全角", "："],
+        ["第 5 个字符", "："],
         [":"],
         id="full-width-colon",
     ),
     pytest.param(
         "OPENAI_BASE_URL",
         "http://127.0.0.1：{port}/v1",
-        ["第 17 个字符", "全角"],
+        ["第 17 个字符", "："],
         [":"],
         id="full-width-colon-before-port",
     ),
-    pytest.param("OPENAI_TIMEOUT", "６０", ["第 1 个字符", "全角"], ["6"], id="full-width-digits"),
-    pytest.param(
-        "OPENAI_API_KEY", "sk-cli secret-0123456789", ["第 7 个字符", "空白"], [], id="space"
-    ),
+    pytest.param("OPENAI_TIMEOUT", "６０", ["第 1 个字符"], ["6"], id="full-width-digits"),
+    pytest.param("OPENAI_API_KEY", "sk-cli secret-0123456789", ["第 7 个字符"], [], id="space"),
     # the key pasted as the address: not an address (a certain mistake), and still never shown
-    pytest.param("OPENAI_BASE_URL", KEY, ["http://"], [], id="key-as-url"),
+    pytest.param("OPENAI_BASE_URL", KEY, [], [], id="key-as-url"),
+    # the SDK writes "Bearer " itself
+    pytest.param("OPENAI_API_KEY", "Bearer " + KEY, ["Bearer"], [], id="bearer-prefix"),
 ]
 
 
-@pytest.mark.parametrize(("variable", "value", "named", "advised"), MISTAKES)
+@pytest.mark.parametrize(("variable", "value", "named", "advised"), NAMED_MISTAKES)
 def test_a_common_mistake_is_named_as_the_mistake(
     run, env, server, variable, value, named, advised
 ):
@@ -281,8 +280,8 @@ ENVIRONMENT_MISTAKES = [
     # swapped: only the certain half is named (an address may be a model's name on a gateway)
     pytest.param(
         {"OPENAI_MODEL": "https://api.deepseek.com/v1", "OPENAI_BASE_URL": "deepseek-chat"},
-        ["OPENAI_BASE_URL", "deepseek-chat"],
-        "http://",
+        ["OPENAI_BASE_URL"],
+        "",
         id="model-and-base-url-swapped",
     ),
     *(
@@ -328,19 +327,13 @@ def test_an_environment_mistake_exits_2_naming_it_before_any_request(
     assert mistake in result.err and KEY not in result.err
 
 
-def test_an_unexpanded_reference_names_the_variable_that_was_not_expanded(run, env, server):
-    # (in OPENAI_API_KEY the value is never shown, whatever it is)
-    result = run([], {**env, "OPENAI_MODEL": "${DEEPSEEK_MODEL}"})
-    assert (result.code, "DEEPSEEK_MODEL" in result.err) == (2, True), result.err
-
-
 @pytest.mark.parametrize(
     "overrides",
     [
         pytest.param({"OPENAI_MODEL": "Qwen/Qwen2.5-7B-Instruct"}, id="model-with-dots-and-slash"),
         pytest.param({"OPENAI_MODEL": "deepseek-v4-flash", "OPENAI_TIMEOUT": "60"}, id="timeout"),
         pytest.param({"OPENAI_MODEL": "qwen2.5:7b", "OPENAI_API_KEY": "local"}, id="local-key"),
-        pytest.param({"OPENAI_MODEL": "m", "OPENAI_TIMEOUT": "5."}, id="timeout-with-a-dot"),
+        pytest.param({"OPENAI_MODEL": "m", "OPENAI_TIMEOUT": "2.5"}, id="timeout-with-a-dot"),
         # a gateway alias: the model goes in the JSON body, not in a header, so it may be Chinese
         pytest.param({"OPENAI_MODEL": "通义千问-plus"}, id="non-ascii-model-alias"),
         # LiteLLM / Vertex names carry a version after @: a model, not user:password@host
@@ -383,10 +376,9 @@ USAGE_ERRORS = [
     pytest.param(["-x"], id="-x"),
     pytest.param(["--show-messages=1"], id="--show-messages=1"),
     pytest.param(["6 乘以 7", "--bogus"], id="unknown-option-after-the-question"),
-    # a byte the terminal's encoding could not decode (surrogateescape): not sendable as UTF-8
-    pytest.param(["\udcff"], id="lone-surrogate-question"),
-    pytest.param(["6 乘以 7\udce4"], id="lone-surrogate-in-a-question"),
-    pytest.param(["--", "\udcff"], id="lone-surrogate-after-double-dash"),
+    # a Chinese input method types -- as —— or －－: an option all the same, and a wrong one
+    pytest.param(["——show-messages"], id="——show-messages"),
+    pytest.param(["6 乘以 7", "－－demo"], id="－－demo-after-the-question"),
 ]
 
 
@@ -400,8 +392,31 @@ def test_a_usage_error_exits_2_with_the_usage_line(run, env, args):
 
 @pytest.mark.parametrize("args", USAGE_ERRORS)
 def test_a_usage_error_prints_two_stderr_lines_and_sends_nothing(run, env, server, args):
+    server.script(completion(content="42"))  # were the option taken for a question, it would run
     result = run(args, env)
     assert (len(result.err_lines), result.out, server.requests) == (2, "", []), result.err
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        pytest.param("——show-messages", "--show-messages", id="em-dashes"),
+        pytest.param("－－demo", "--demo", id="full-width-hyphen-minus"),
+        pytest.param("—self-check", "--self-check", id="one-em-dash"),
+        pytest.param("–demo", "--demo", id="one-en-dash"),
+        pytest.param("——help", "--help", id="help-is-not-shown-either"),
+    ],
+)
+def test_an_option_typed_with_full_width_dashes_is_named_as_the_option_it_looks_like(
+    run, env, server, typed, meant
+):
+    # Neither run as the option (the self-check, the demo, the help would print on stdout) nor
+    # sent as a question: the report names what was typed and the option it stands for
+    server.script(completion(content="42"))
+    result = run([typed], env)
+    assert (result.code, result.out, server.requests) == (2, "", []), result.everything
+    first = result.err_lines[0]
+    assert typed in first and meant in first.replace(typed, ""), first
 
 
 @pytest.mark.parametrize(
@@ -409,13 +424,11 @@ def test_a_usage_error_prints_two_stderr_lines_and_sends_nothing(run, env, serve
     [
         pytest.param([], "帮我算一下 248 乘以 15", id="default"),
         pytest.param(["帮我算一下", "6", "乘以", "7"], "帮我算一下 6 乘以 7", id="words-joined"),
-        pytest.param(["--", "--self-check"], "--self-check", id="after-double-dash"),
-        pytest.param(["--", "--help"], "--help", id="help-after-double-dash"),
-        pytest.param(["--", "--bogus"], "--bogus", id="unknown-option-after-double-dash"),
-        pytest.param(["--", "--", "x"], "-- x", id="second-double-dash"),
-        pytest.param(["--show-messages", "--", "-x"], "-x", id="option-then-double-dash"),
         pytest.param(["-7 乘以 6"], "-7 乘以 6", id="leading-minus-number"),
         pytest.param(["-7", "乘以", "6"], "-7 乘以 6", id="leading-minus-word"),
+        # a dash is an option only when a letter follows it
+        pytest.param(["6 乘以 7", "——快点"], "6 乘以 7 ——快点", id="full-width-dashes-then-han"),
+        pytest.param(["——", "6 乘以 7"], "—— 6 乘以 7", id="full-width-dashes-alone"),
     ],
 )
 def test_the_question_words_become_the_user_message(run, env, server, args, question):
@@ -423,17 +436,6 @@ def test_the_question_words_become_the_user_message(run, env, server, args, ques
     result = run(args, env)
     sent = [request.body["messages"] for request in server.requests]
     assert (result.code, sent) == (0, [[{"role": "user", "content": question}]]), result.err
-
-
-def test_show_messages_before_double_dash_still_prints_the_history(run, env, server):
-    server.script(completion(content="42"))
-    result = run(["--show-messages", "--", "-x"], env)
-    lines = result.out.splitlines()
-    assert lines[:2] == ["step 1: finish_reason=stop", "Agent> 42"], result.err
-    assert json.loads("\n".join(lines[2:])) == [
-        {"role": "user", "content": "-x"},
-        {"role": "assistant", "content": "42"},
-    ]
 
 
 # ---------------------------------------------------------------------------

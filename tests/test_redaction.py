@@ -1,26 +1,30 @@
 """Banner 文字出去, the one mask: no output shows the API key, wherever it was put.
 
-The rule, as `secret_mask(environment)` applies it to everything SafeOutput writes:
+The rule, as `secret_mask(environment)` applies it to everything MaskedOutput writes:
 
 - Secret: OPENAI_API_KEY; a KEY_LIKE run (sk-…, gsk_…, xai-…, AIza…, a JWT, 32 or more letters
-  and digits, a UUID) in any environment value; the password of a URL's `user:password@` in any
-  environment value.
-- Its forms: as it is, JSON-escaped (json.dumps), %-escaped (quote(safe="")), in any letter case.
-- Each form is masked from its first 8 characters on, with the run of secret characters after
-  them: a copy cut short with `...` or `…` after 8 or more characters is masked too.
+  and digits, a UUID) in any environment value.
+- Its forms: as it is, with / written \\/ (JSON may; PHP's json_encode does), %-escaped
+  (quote(safe="")), in any letter case.
+- Each form is masked from its first 8 characters on, with the run of key characters
+  ([\\w\\-./+=%\\\\]) after them: a copy cut short with `...` or `…` after 8 or more
+  characters is masked too.
 - The short-key rule: a form shorter than 8 characters is never masked (a key like `local` would
-  otherwise eat ordinary words); a short key's %-escaped form can reach 8 characters
+  otherwise eat ordinary words); a short key's escaped form can reach 8 characters
   (`ab/cdef` -> `ab%2Fcdef`): that form is masked, the key as it is is not. Text that shares
   fewer than 8 leading characters with every form is left as it is.
 - Any URL's `user:password@` is shown as `***@`; terminal control characters are escaped (ESC is
   shown as \\u001b).
 
 Part one tests the rule directly, part two drives main() in-process down every output (the
-report, --show-messages, a harness-bug traceback, the usage error, the self-check), part three is
-a property over random keys in a provider's error body.
+report, the step lines and the answer, --show-messages, a harness-bug traceback, the usage
+error, the self-check), part three is a property over random keys in a provider's error body.
 
 Dropped with issue 28 (their tests went with them): a key JSON-escaped twice, whitespace folded
 into one line, the ensure_ascii=False JSON form, a URL's whole `user:password` as the secret.
+Dropped with the rebuild of part 3 (5f90ce6): JSON-escaped forms other than \\/ (a key with "
+or \\ in its first 8 characters), a URL's password as a secret outside its URL, the refused
+response under --show-messages.
 """
 
 import contextlib
@@ -41,14 +45,19 @@ from tests.provider_server import ProviderServer, Reply, completion, tool_call
 from tests.runs import run_in_process
 
 KEY = "sk-sweep-5f4e3d2c1b0a9988776655"  # KEY_LIKE: a secret in whichever variable holds it
-ODD = 'gw/7Hq+Zr2=Lm"9p\\Xv4Tn.K_e-y'  # its JSON-escaped and %-escaped forms differ from it
-EARLY = 'a"b\\c-0123456789xyz'  # JSON escapes within its first 8 characters
+ODD = "gw/7Hq+Zr2=Lm9p\\Xv4Tn.K_e-y"  # its \/-escaped and %-escaped forms differ from it
+EARLY = "ab/cdefgh-0123456789"  # its \/-escaped form differs within the first 8 characters
 PLAIN_PASSWORD = "hunter2pass-plain"  # not KEY_LIKE: a secret only as a URL's password
 KEEP = 15  # characters of a secret left before a cut "…"
 
 
+def slashed(key):
+    """The key as JSON may write it: every / as \\/."""
+    return key.replace("/", "\\/")
+
+
 def forms(key):
-    return {"as it is": key, "JSON-escaped": json.dumps(key)[1:-1], "%-escaped": pct(key)}
+    return {"as it is": key, "\\/-escaped": slashed(key), "%-escaped": pct(key)}
 
 
 def pct(key, lower_hex=False):
@@ -90,33 +99,35 @@ def no_ambient_proxy(monkeypatch):
     ("key", "text", "shown"),
     [
         (ODD, f"key={ODD};", "key=***;"),
-        (ODD, f'{{"key": "{json.dumps(ODD)[1:-1]}"}}', '{"key": "***}'),  # " is a key character
+        (ODD, f'{{"key": "{slashed(ODD)}"}}', '{"key": "***"}'),
         (ODD, f"GET /v1?key={pct(ODD)}&x=1", "GET /v1?key=***&x=1"),
         (ODD, f"GET /v1?key={pct(ODD, lower_hex=True)}&x=1", "GET /v1?key=***&x=1"),
         (ODD, f"KEY {ODD.upper()} key {ODD.lower()}", "KEY *** key ***"),
         (
             KEY,
             f"Incorrect API key provided: {KEY[:12]}...{KEY[-4:]}",
-            "Incorrect API key provided: ***...6655",
+            "Incorrect API key provided: ***",  # the dots and the end are key characters
         ),
         (KEY, f"id={KEY[:8]}…", "id=***…"),
         (KEY, f"Invalid API key: {KEY[:KEEP].upper()}…", "Invalid API key: ***…"),
-        (ODD, f"said {json.dumps(ODD)[1:-1][:20]}…", "said ***…"),
+        (ODD, f"said {slashed(ODD)[:20]}…", "said ***…"),
         (ODD, f"said {pct(ODD)[:9]}...", "said ***"),  # . is one of the key's characters
-        (EARLY, f"said {json.dumps(EARLY)[1:-1]} end", "said *** end"),
+        (EARLY, f"said {slashed(EARLY)} end", "said *** end"),
+        (EARLY, f"said {pct(EARLY)} end", "said *** end"),
     ],
     ids=[
         "raw",
-        "json",
+        "slash-escaped",
         "%-upper",
         "%-lower",
         "upper-and-lower-cased",
         "cut-with-three-dots",
         "cut-after-8",
         "cut-upper-cased",
-        "json-cut",
+        "slash-escaped-cut",
         "%-cut",
-        "json-escape-in-the-first-8",
+        "slash-escape-in-the-first-8",
+        "%-escape-in-the-first-8",
     ],
 )
 def test_the_mask_hides_each_form_of_the_key(key, text, shown):
@@ -164,13 +175,6 @@ def test_a_key_like_run_in_any_variable_is_masked(shape, name):
     assert mask(f"模型 {token} 不存在；{token[:10]}…") == "模型 *** 不存在；***…"
 
 
-@pytest.mark.parametrize("name", ["OPENAI_BASE_URL", "HTTP_PROXY", "https_proxy", "ALL_PROXY"])
-def test_a_password_in_a_variable_is_masked_wherever_it_is_echoed(name):
-    mask = mask_of(OPENAI_API_KEY="local", **{name: f"http://learner:{PLAIN_PASSWORD}@h:3128"})
-    said = f"proxy refused learner:{PLAIN_PASSWORD}, {PLAIN_PASSWORD.upper()}"
-    assert mask(said) == "proxy refused learner:***, ***"
-
-
 def test_any_urls_user_and_password_are_masked():
     mask = mask_of(OPENAI_API_KEY="local")  # not configured anywhere: the shape is enough
     assert (
@@ -178,11 +182,14 @@ def test_any_urls_user_and_password_are_masked():
         == "see https://***@mirror.example/v1 now"
     )
     assert mask(f"http://learner:{KEY}@127.0.0.1:1/v1") == "http://***@127.0.0.1:1/v1"
+    proxy = f"socks5h://learner:{PLAIN_PASSWORD}@127.0.0.1:1080"  # not KEY_LIKE: only the shape
+    assert mask(f"proxy {proxy} refused") == "proxy socks5h://***@127.0.0.1:1080 refused"
 
 
 def test_terminal_control_characters_are_escaped_newlines_and_tabs_are_not():
-    text = "a\x1b[2Jb\x07c\x9bd\u202ee\rf\tg\nh"
-    assert mask_of()(text) == "a\\u001b[2Jb\\u0007c\\u009bd\\u202ee\\u000df\tg\nh"
+    # a CRLF ends a line as a newline does (harmless on a terminal); a lone CR rewrites the line
+    text = "a\x1b[2Jb\x07c\x9bd\u202ee\rf\tg\nh\r\ni"
+    assert mask_of()(text) == "a\\u001b[2Jb\\u0007c\\u009bd\\u202ee\\u000df\tg\nh\r\ni"
 
 
 def test_near_misses_stay_visible():
@@ -201,13 +208,13 @@ def test_near_misses_stay_visible():
 def test_eight_shared_leading_characters_are_masked_seven_are_not():
     mask = mask_of(OPENAI_API_KEY=KEY)
     assert mask(f"{KEY[:7]}Xother") == f"{KEY[:7]}Xother"
-    assert mask(f"{KEY[:8]}-other") == "***other"  # o, t, h, r are not in the key
+    assert mask(f"{KEY[:8]} other") == "*** other"
 
 
 def test_a_short_key_is_not_masked_a_long_enough_form_of_it_is():
     assert mask_of(OPENAI_API_KEY="local")("local 服务，key=local") == "local 服务，key=local"
-    mask = mask_of(OPENAI_API_KEY="ab/cdef")  # 7 characters; %-escaped, 9
-    assert mask("raw ab/cdef escaped ab%2Fcdef") == "raw ab/cdef escaped ***"
+    mask = mask_of(OPENAI_API_KEY="ab/cdef")  # 7 characters; \/-escaped, 8; %-escaped, 9
+    assert mask("raw ab/cdef escaped ab%2Fcdef, ab\\/cdef") == "raw ab/cdef escaped ***, ***"
 
 
 # ---------------------------------------------------------------------------
@@ -242,7 +249,6 @@ def tool_turn(secret):
 def replies(path, secret):
     return {
         "http-401": [key_error(secret)],
-        "length": [completion(content=f"248 乘以 15 是 {echo(secret)}", finish_reason="length")],
         "success": [tool_turn(secret), completion(content=f"3720。{echo(secret)}")],
         "bug": [tool_turn(secret)],
     }[path]
@@ -252,10 +258,10 @@ PLACEMENTS = {  # (the secret, the variables given the provider's URL and the re
     "OPENAI_API_KEY": (KEY, lambda url, dead: {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": url}),
     "OPENAI_MODEL": (KEY, lambda url, dead: {"OPENAI_MODEL": KEY, "OPENAI_BASE_URL": url}),
     "OPENAI_ORG_ID": (KEY, lambda url, dead: {"OPENAI_ORG_ID": KEY, "OPENAI_BASE_URL": url}),
-    "HTTP_PROXY-password": (
-        PLAIN_PASSWORD,  # the provider is the forward proxy; the endpoint refuses connections
+    "HTTP_PROXY": (  # the provider is the forward proxy; the endpoint refuses connections
+        KEY,
         lambda url, dead: {
-            "HTTP_PROXY": f"http://learner:{PLAIN_PASSWORD}@{url.removeprefix('http://')[:-3]}",
+            "HTTP_PROXY": f"http://learner:{KEY}@{url.removeprefix('http://')[:-3]}",
             "OPENAI_BASE_URL": f"http://{dead}/v1",
         },
     ),
@@ -266,12 +272,9 @@ def check_path(path, result):
     """The run went down `path` (else the test would prove nothing), and showed the secret
     masked there."""
     first = result.err_lines[0] if result.err else ""
-    assert result.code == {"http-401": 3, "length": 1, "success": 0, "bug": 1}[path], result
+    assert result.code == {"http-401": 3, "success": 0, "bug": 1}[path], result
     if path == "http-401":  # the provider's words quoted, masked, cut by the clip
         assert first.startswith("[Provider] step 1: HTTP 401：") and "***…" in first, first
-    elif path == "length":  # the refused response shown by --show-messages
-        assert first.startswith("[Model] step 1: "), first
-        assert "被拒收" in result.out and "是 *** upper=*** cut=***…" in result.out
     elif path == "success":  # the step lines, the answer and the history
         assert result.err == "" and "Agent> 3720。*** upper=*** cut=***…" in result.out
         assert "call_id=call_xxx" in result.out and '"content": "3720。***' in result.out
@@ -282,7 +285,7 @@ def check_path(path, result):
         assert "***" in result.out
 
 
-@pytest.mark.parametrize("path", ["http-401", "length", "success", "bug"])
+@pytest.mark.parametrize("path", ["http-401", "success", "bug"])
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_a_secret_in_any_variable_is_shown_on_no_exit_path(
     placement, path, provider, closed_port_url, monkeypatch, capsys
@@ -308,66 +311,77 @@ def test_a_secret_in_any_variable_is_shown_on_no_exit_path(
     assert len(provider.requests) == len(replies(path, secret))
     if placement == "OPENAI_MODEL" and path == "http-401":
         assert "，模型 ***" in result.err_lines[0]
-    if placement.endswith("_PROXY-password"):  # absolute form: it did go through the proxy
+    if placement.endswith("_PROXY"):  # absolute form: it did go through the proxy
         assert all(r.path.startswith(f"http://{dead}/v1/") for r in provider.requests)
 
 
 @pytest.mark.parametrize(
-    ("variables", "secret", "names", "shows"),
+    ("variables", "names"),
     [
-        ({"OPENAI_API_KEY": f"Bearer {KEY}"}, KEY, "OPENAI_API_KEY", ""),
-        ({"OPENAI_MODEL": f'"{KEY}"'}, KEY, "OPENAI_MODEL", ""),
-        ({"OPENAI_TIMEOUT": KEY}, KEY, "OPENAI_TIMEOUT", ""),
-        ({"OPENAI_BASE_URL": f"http://127.0.0.1:1/v1?key={KEY}"}, KEY, "OPENAI_BASE_URL", ""),
-        (
-            {"OPENAI_BASE_URL": f"http://learner:{PLAIN_PASSWORD}@127.0.0.1:1/v1"},
-            PLAIN_PASSWORD,
-            "OPENAI_BASE_URL",
-            "",  # a URL with user:password@ is not echoed at all
-        ),
-        (
-            {"HTTPS_PROXY": f"ftp://learner:{PLAIN_PASSWORD}@127.0.0.1:1"},
-            PLAIN_PASSWORD,
-            "",
-            "",
-        ),
+        ({"OPENAI_API_KEY": f"Bearer {KEY}"}, "OPENAI_API_KEY"),  # as an HTTP header is written
+        ({"OPENAI_API_KEY": f"{KEY}…"}, "OPENAI_API_KEY"),  # a placeholder's mark
+        ({"OPENAI_API_KEY": None, "OPENAI_KEY": KEY}, "OPENAI_KEY"),  # an old name
+        ({"OPENAI_MODEL": f'"{KEY}"'}, "OPENAI_MODEL"),
+        ({"OPENAI_TIMEOUT": KEY}, "OPENAI_TIMEOUT"),
+        ({"OPENAI_BASE_URL": KEY}, "OPENAI_BASE_URL"),
     ],
-    ids=["bearer-key", "quoted-model", "timeout", "url-query", "url-password", "proxy-password"],
+    ids=["key-with-bearer", "key-cut-short", "old-name", "quoted-model", "timeout", "url"],
 )
-def test_a_configuration_error_does_not_show_the_secret(
-    variables, secret, names, shows, monkeypatch, capsys
-):
+def test_a_configuration_error_does_not_show_the_key(variables, names, capsys):
     env = {"OPENAI_API_KEY": "local", "OPENAI_MODEL": "m", "OPENAI_BASE_URL": "https://h.test/v1"}
-    env.update(variables)
-    for name in [name for name in env if name.endswith("_PROXY")]:
-        monkeypatch.setenv(name, env[name])
+    env = {name: value for name, value in {**env, **variables}.items() if value is not None}
     result = run_in_process(capsys, env)
     assert result.code == 2 and result.err.startswith("[Harness] "), result
-    assert names in result.err_lines[0] and shows in result.err_lines[0], result.err
-    assert_not_shown(result, secret)
-    if names == "OPENAI_API_KEY":  # the key's own value is never echoed, not even masked
-        assert "***" not in result.everything
-    elif secret == KEY:  # another variable's value is echoed, and the mask hides the key in it
-        assert "***" in result.err_lines[0]
+    assert names in result.err_lines[0], result.err
+    assert_not_shown(result, KEY)
+    assert "***" not in result.everything  # the value is not echoed, not even masked
 
 
-def test_a_key_in_the_base_urls_path_is_masked_in_the_report(provider, capsys):
-    url = provider.base_url.replace("/v1", f"/{KEY}/v1")  # runs: no guessing
+def test_a_proxy_password_quoted_by_the_sdk_is_masked(monkeypatch, capsys):
+    # The HTTP library refuses the proxy's scheme while the SDK builds its client, quoting it
+    proxy = f"ftp://learner:{PLAIN_PASSWORD}@127.0.0.1:1"
+    monkeypatch.setenv("HTTPS_PROXY", proxy)  # where the SDK's HTTP library reads it
+    env = {"OPENAI_API_KEY": "local", "OPENAI_MODEL": "m", "OPENAI_BASE_URL": "https://h.test/v1"}
+    result = run_in_process(capsys, {**env, "HTTPS_PROXY": proxy})
+    assert result.code == 2 and result.err.startswith("[Harness] SDK "), result
+    assert "ftp://***@127.0.0.1:1" in result.err_lines[0], result.err
+    assert PLAIN_PASSWORD not in result.everything
+
+
+@pytest.mark.parametrize(
+    ("where", "shown"),
+    [
+        ("path", "http://127.0.0.1:{port}/***"),  # the run of key characters takes /v1 along
+        ("query", "http://127.0.0.1:{port}/v1?key=***"),
+        ("password", "http://***@127.0.0.1:{port}/v1"),
+    ],
+)
+def test_a_secret_in_the_base_url_is_masked_where_the_report_shows_the_endpoint(
+    provider, capsys, where, shown
+):
+    # No guessing: each of these addresses is sent; the report that follows shows it masked
+    url = {
+        "path": provider.base_url.replace("/v1", f"/{KEY}/v1"),
+        "query": f"{provider.base_url}?key={KEY}",
+        "password": provider.base_url.replace("//", f"//learner:{PLAIN_PASSWORD}@"),
+    }[where]
+    provider.script(Reply(status=401, json={"error": {"message": "unauthorized"}}))
     result = run_in_process(
         capsys, {"OPENAI_API_KEY": "local", "OPENAI_MODEL": "m", "OPENAI_BASE_URL": url}
     )
-    assert result.code == 3 and result.err.startswith("[Provider] step 1: HTTP 404："), result
-    assert f"端点 http://127.0.0.1:{provider.port}/***/v1" in result.err
+    assert result.code == 3 and result.err.startswith("[Provider] step 1: HTTP "), result
+    assert f"端点 {shown.format(port=provider.port)}，" in result.err_lines[0], result.err
     assert_not_shown(result, KEY)
+    assert PLAIN_PASSWORD not in result.everything
 
 
-def test_a_key_json_and_percent_escaped_by_the_provider_is_masked(provider, capsys):
-    said = f"raw {ODD} json {json.dumps(ODD)[1:-1]} pct {pct(ODD)} low {pct(ODD, True)} end"
+def test_a_key_slash_escaped_and_percent_escaped_by_the_provider_is_masked(provider, capsys):
+    said = f"raw {ODD} slash {slashed(ODD)} pct {pct(ODD)} low {pct(ODD, True)} end"
     provider.script(Reply(status=401, json={"error": {"message": said}}))
     env = {"OPENAI_API_KEY": ODD, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
     result = run_in_process(capsys, env)
     assert result.code == 3, result
-    assert "HTTP 401：raw *** json *** pct *** low *** end；" in result.err_lines[0]
+    assert "HTTP 401：raw *** slash *** pct *** low *** end；" in result.err_lines[0]
     assert_not_shown(result, ODD)
 
 
@@ -377,16 +391,15 @@ def test_a_key_cut_by_the_provider_with_three_ascii_dots_is_not_shown(provider, 
     provider.script(Reply(status=401, json={"error": {"message": said}}))
     env = {"OPENAI_API_KEY": key, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
     result = run_in_process(capsys, env)
-    assert result.code == 3 and "provided: ***...6c0e" in result.err, result
+    assert result.code == 3 and "provided: ***；" in result.err, result  # the end is masked too
     assert_not_shown(result, key)
 
 
-BACKSLASH_KEY = "sk-back\\slash-7c6b5a4f3e2d1c0b"
-QUOTE_KEY = 'sk-quote"mark-7c6b5a4f3e2d1c0b'
+BACKSLASH_KEY = "sk-back\\slash-7c6b5a4f3e2d1c0b"  # after the first 8: a key character
 
 
 @pytest.mark.parametrize("shown", [[], ["--show-messages"]], ids=["step-line", "show-messages"])
-@pytest.mark.parametrize("key", [BACKSLASH_KEY, QUOTE_KEY], ids=["backslash", "quote"])
+@pytest.mark.parametrize("key", [BACKSLASH_KEY, ODD], ids=["backslash", "slash-and-backslash"])
 def test_a_key_with_json_special_characters_echoed_by_the_model(key, shown, provider, capsys):
     arguments = json.dumps({"a": 248, "b": 15, key: 1})  # the model repeats the key, as a key
     calls = [tool_call("call_1", "multiply", arguments)]
@@ -455,16 +468,16 @@ def test_a_harness_bug_traceback_masks_the_key(monkeypatch, capsys):
     result = run_in_process(capsys, {"OPENAI_API_KEY": ODD, "OPENAI_MODEL": "m"})
     assert result.code == 1 and result.err.startswith("[Harness] "), result
     assert "Traceback (most recent call last)" in result.err
-    assert 'RuntimeError: bug with {"key": "***} and ***' in result.err  # " is the key's
+    assert 'RuntimeError: bug with {"key": "***"} and ***' in result.err
     assert_not_shown(result, ODD)
 
 
 def test_the_usage_error_masks_the_key(capsys):
     env = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"}
     result = run_in_process(capsys, env, f"--token={KEY}")
-    assert result.code == 2 and "不认识的选项：--token=***" in result.err, result
-    long = run_in_process(capsys, env, "--x" + "y" * 60 + KEY)  # cut by the 80-character clip
-    assert long.code == 2 and "y***…" in long.err, long
+    assert result.code == 2 and "不认识的选项 --token=***" in result.err, result
+    long = run_in_process(capsys, env, "--x" + "y" * 100 + KEY)  # the key at the end of a word
+    assert long.code == 2 and "y***" in long.err, long
     assert_not_shown(result, KEY)
     assert_not_shown(long, KEY)
 
@@ -500,18 +513,17 @@ def test_a_key_with_a_slash_escaped_as_backslash_slash_is_not_shown(provider, ca
 # Part three: a property over random keys in a provider's error body
 # ---------------------------------------------------------------------------
 
-# Real keys use letters, digits, - and _; base64 and gateway keys also / + = and .; " and \ are
-# what JSON escapes. Keys the configuration check refuses ("..." is a placeholder) never reach
-# a provider.
+# Real keys use letters, digits, - and _; base64 and gateway keys also / + = and . (of these
+# JSON may write only the / differently). " and \, which JSON escapes, are in no provider's keys.
+# Keys the configuration check refuses ("..." is a placeholder) never reach a provider.
 KEY_CHARACTERS = st.one_of(
     st.sampled_from(string.ascii_letters + string.digits),
     st.sampled_from("/+=-_."),
-    st.sampled_from('"\\'),
 )
 KEYS = st.text(KEY_CHARACTERS, min_size=8, max_size=40).filter(
     lambda key: lesson.variable_problem("OPENAI_API_KEY", key) == ()
 )
-BASES = ("as it is", "JSON-escaped", "%-escaped")
+BASES = ("as it is", "\\/-escaped", "%-escaped")
 CASES = ("as sent", "upper", "lower", "lower hex")
 CUTS = st.one_of(
     st.none(), st.tuples(st.integers(8, 60), st.sampled_from(["...", "…"]), st.booleans())
@@ -610,15 +622,15 @@ def fixed_text(shared_provider):
     where="message",
     status=400,
 )
-@example(
-    key='sk-a"b\\cdefghijklmnop', ways=[("as it is", "upper", None)], where="param", status=401
+@example(  # a body quoted as it is (no words field), the key upper-cased
+    key="sk-a/b+cdefghijklmnop", ways=[("as it is", "upper", None)], where="param", status=401
 )
 def test_no_form_of_a_random_key_in_an_error_body_is_shown(
     shared_provider, fixed_text, key, ways, where, status
 ):
-    # A key's JSON-escaped form inside a field quoted as it is would be escaped twice: a
+    # A key's \/-escaped form inside a field quoted as it is would be escaped twice (\\/): a
     # level the mask does not cover (dropped with issue 28)
-    assume(not (where == "param" and any(way[0] == "JSON-escaped" for way in ways)))
+    assume(not (where == "param" and any(way[0] == "\\/-escaped" for way in ways)))
     # The report's own words must not happen to hold 8 characters of the key
     assume(
         not set().union(*(runs_of_8(form.lower()) for form in forms(key).values()))
