@@ -106,6 +106,8 @@ CAUSES = [  # (the provider's replies, variables, the link the report names, the
     pytest.param(
         [Reply(status=400, json={"error": {"message": "bad"}})], {}, "Provider", 3, id="http-400"
     ),
+    # a 200 the loop cannot read: the provider's failure, a failed request
+    pytest.param([Reply(json={})], {}, "Provider", 3, id="200-without-a-choice"),
     # a request that failed because of the model: link Model, still a failed request
     pytest.param([Reply(status=400, json=NO_TOOLS)], {}, "Model", 3, id="tools-unsupported"),
     pytest.param([completion(content=None, refusal="I can't")], {}, "Model", 1, id="refused"),
@@ -131,6 +133,12 @@ def test_each_real_cause_ends_with_its_class_exit_code(
     assert (result.code, len(result.err_lines)) == (code, 2), result.everything
     assert first.startswith(f"[{link}] "), first
     assert "Traceback" not in result.err and KEY not in result.everything
+
+
+def test_a_request_that_reaches_no_server_is_exit_3(online, closed_port_url):
+    result = online(OPENAI_BASE_URL=closed_port_url)
+    assert (result.code, len(result.err_lines)) == (3, 2), result.everything
+    assert result.err_lines[0].startswith("[SDK/网络] step 1: "), result.err
 
 
 def test_a_stop_class_added_to_part_1_is_honoured_inside_the_loop(online, provider, monkeypatch):

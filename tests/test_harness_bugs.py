@@ -2,10 +2,12 @@
 harness (or in a learner's edit): one line saying so, then Python's traceback, exit 1 - on the
 online run, --self-check and --demo alike. A user can cause none of these.
 
-One boundary is drawn on purpose: whatever is raised while the provider's bytes are read (the
-SDK's HTTP library decompressing them, decoding, parsing) is the provider's failure, exit 3,
-from the one gate read_reply(); only there. main() runs in-process; the SDK is the real one
-unless a test stands a scripted one in for it."""
+One boundary is drawn on purpose: whatever is raised while a 2xx's bytes are read (the SDK's
+HTTP library decompressing them, decoding, parsing) is the provider's failure, exit 3, from the
+one gate read_reply(); only there. The SDK's own failures are translated only when they are
+openai.APIError; anything else it raises, and any bug in the script's code after the bytes were
+read, is a harness bug. main() runs in-process; the SDK is the real one unless a test stands a
+scripted one in for it."""
 
 import contextlib
 import json
@@ -61,33 +63,39 @@ def test_a_bug_in_the_tool_path_online_is_shown_with_its_traceback(run, provider
     assert len(provider.requests) == 1
 
 
-def test_a_bug_inside_the_request_path_is_not_called_a_network_failure(run, provider, monkeypatch):
-    # The request is sent inside a try that translates the SDK's failures: it must translate
-    # nothing else
-    def broken_ticker(stream):
-        raise KeyError("a harness bug, not the network")
-
-    monkeypatch.setattr(lesson, "ticking", broken_ticker)
-    assert_shown_as_a_bug(run(), "KeyError")
-    assert provider.requests == []
+def broken(*args, **kwargs):
+    raise AttributeError("a harness bug in the diagnosis")
 
 
-def test_a_bug_in_explaining_a_failure_is_shown_not_reported(run, closed_port_url, monkeypatch):
-    def broken_explanation(error, config):
-        raise AttributeError("a harness bug in the diagnosis")
-
-    monkeypatch.setattr(lesson, "explain_request_failure", broken_explanation)
+def test_a_bug_in_explaining_a_network_failure_is_shown_not_reported(
+    run, closed_port_url, monkeypatch
+):
+    monkeypatch.setattr(lesson, "network_failure", broken)
     assert_shown_as_a_bug(run(base_url=closed_port_url), "AttributeError")
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [Reply(status=400, json={"error": {"message": "bad"}}), Reply(json={"choices": []})],
+    ids=["HTTP 400", "a 200 without a choice"],
+)
+def test_a_bug_in_explaining_a_providers_failure_is_shown_not_reported(
+    run, provider, monkeypatch, reply
+):
+    monkeypatch.setattr(lesson, "provider_failure", broken)
+    provider.script(reply)
+    assert_shown_as_a_bug(run(), "AttributeError")
+    assert len(provider.requests) == 1
 
 
 def test_a_bug_after_the_bytes_were_read_is_not_called_the_providers_failure(
     run, provider, monkeypatch
 ):
-    # The gate covers reading the bytes, not the harness's checks of what they said
-    def broken_shape_check(message):
-        raise KeyError("a harness bug in checking the reply")
+    # The gate covers reading the bytes, not the harness's own code that shapes what they said
+    def broken_shape(spec, value, where):
+        raise KeyError("a harness bug in shaping the reply")
 
-    monkeypatch.setattr(lesson, "reply_problem", broken_shape_check)
+    monkeypatch.setattr(lesson, "shaped", broken_shape)
     provider.script(completion(content="248 乘以 15 等于 3720。"))
     assert_shown_as_a_bug(run(), "KeyError")
     assert len(provider.requests) == 1
@@ -129,10 +137,10 @@ def test_a_bug_in_the_demo_is_shown_with_its_traceback(capsys, monkeypatch):
 
 class ScriptedSdk:
     """Stands in for openai.OpenAI: every request raises `on_send` before any byte arrives, or
-    answers with `chunks`, an iterable that may raise while it is read."""
+    answers HTTP `status` with `chunks`, an iterable that may raise while it is read."""
 
-    def __init__(self, on_send=None, chunks=()):
-        self.on_send, self.chunks = on_send, chunks
+    def __init__(self, on_send=None, chunks=(), status=200):
+        self.on_send, self.chunks, self.status = on_send, chunks, status
 
     def __call__(self, **options):  # openai.OpenAI(api_key=..., base_url=..., ...)
         streaming = type("Streaming", (), {"create": self.create})()
@@ -143,7 +151,8 @@ class ScriptedSdk:
     def create(self, **request):
         if self.on_send is not None:
             raise self.on_send
-        yield type("Response", (), {"iter_bytes": lambda _: iter(self.chunks)})()
+        response = {"iter_bytes": lambda _: iter(self.chunks), "status_code": self.status}
+        yield type("Response", (), response)()
 
 
 def chunks_then(error, *chunks):
@@ -180,6 +189,13 @@ def test_anything_raised_while_the_bytes_are_read_is_the_providers_failure(run, 
     assert type(error).__name__ in result.err and '{"choi' in result.err  # the start is quoted
 
 
+def test_a_read_failure_is_reported_under_the_real_2xx_status(run, monkeypatch):
+    chunks = chunks_then(OSError("reset"), b'{"choi')
+    monkeypatch.setattr(openai, "OpenAI", ScriptedSdk(chunks=chunks, status=203))
+    result = run()
+    assert result.code == 3 and result.err.startswith("[Provider] step 1: HTTP 203，"), result.err
+
+
 def test_a_body_that_lies_about_its_gzip_is_the_providers_failure(run, provider):
     provider.script(bad_gzip(ANSWER_BYTES))
     assert_the_providers_failure(run())
@@ -194,36 +210,54 @@ def http():
     return importlib.import_module(openai.DefaultHttpxClient.__mro__[1].__module__.split(".")[0])
 
 
-def test_the_sdks_own_failures_are_translated_by_their_type(http):
+def connection_error(http, cause_type, message, error_type=openai.APIConnectionError):
+    """The SDK's APIConnectionError (or a subclass) for a request that failed with this cause."""
     request = http.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
-    config = lesson.check_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"})
-    for cause in [
-        http.RemoteProtocolError("peer closed connection", request=request),
-        http.ConnectError("[Errno 111] Connection refused", request=request),
-        http.TooManyRedirects("Exceeded maximum allowed redirects.", request=request),
-    ]:
-        error = openai.APIConnectionError(request=request)
-        error.__cause__ = cause
-        stop = lesson.explain_request_failure(error, config)
-        assert isinstance(stop, lesson.RequestFailed)
-        assert (stop.link, stop.exit_code) == ("SDK/网络", 3), stop
-        assert type(cause).__name__ in stop.reason and str(cause) in stop.reason
+    error = error_type(request=request)
+    error.__cause__ = getattr(http, cause_type)(message, request=request)
+    return error
+
+
+@pytest.mark.parametrize(
+    ("cause", "message"),
+    [
+        ("RemoteProtocolError", "peer closed connection"),
+        ("ConnectError", "[Errno 111] Connection refused"),
+        ("TooManyRedirects", "Exceeded maximum allowed redirects."),
+    ],
+)
+def test_the_sdks_connection_errors_are_the_networks_failure(
+    run, monkeypatch, http, cause, message
+):
+    monkeypatch.setattr(
+        openai, "OpenAI", ScriptedSdk(on_send=connection_error(http, cause, message))
+    )
+    result = run()
+    first, _ = result.err_lines
+    assert (result.code, first.startswith("[SDK/网络] step 1: ")) == (3, True), result.err
+    assert f"{cause}: {message}" in first  # the HTTP library's own words
+    assert "Traceback" not in result.err and KEY not in result.everything
+
+
+def test_the_sdks_status_errors_are_the_providers_failure(run, monkeypatch, http):
+    request = http.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
     body = {"error": {"message": "the provider's own words"}}
     response = http.Response(418, json=body, request=request)
     error = openai.APIStatusError("teapot", response=response, body=body)
-    stop = lesson.explain_request_failure(error, config)
-    assert (stop.link, stop.exit_code) == ("Provider", 3)
-    assert "418" in stop.reason and "the provider's own words" in stop.reason
+    monkeypatch.setattr(openai, "OpenAI", ScriptedSdk(on_send=error))
+    result = run()
+    assert result.code == 3, result.everything
+    assert result.err.startswith("[Provider] step 1: HTTP 418：the provider's own words")
+    assert "Traceback" not in result.err
 
 
-def test_a_timeout_inside_the_sdk_is_translated_by_its_type(http):
-    request = http.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
-    error = openai.APITimeoutError(request=request)
-    error.__cause__ = http.ReadTimeout("timed out", request=request)
-    config = lesson.check_config({"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m"})
-    stop = lesson.explain_request_failure(error, config)
-    assert (stop.link, stop.exit_code) == ("SDK/网络", 3)
-    assert "OPENAI_TIMEOUT" in stop.hint
+def test_a_timeout_inside_the_sdk_is_translated_by_its_type(run, monkeypatch, http):
+    error = connection_error(http, "ReadTimeout", "timed out", openai.APITimeoutError)
+    monkeypatch.setattr(openai, "OpenAI", ScriptedSdk(on_send=error))
+    result = run()
+    first, second = result.err_lines
+    assert (result.code, first.startswith("[SDK/网络] step 1: ")) == (3, True), result.err
+    assert "ReadTimeout" in first and "OPENAI_TIMEOUT" in second
 
 
 def test_a_body_nested_too_deep_is_the_providers_fault(run, provider):
@@ -238,7 +272,7 @@ def test_a_200_body_that_is_not_json_is_the_providers_fault(run, provider):
     result = run("--show-messages")
     assert_the_providers_failure(result)
     assert "not json at all" in result.err  # the body's start is quoted
-    assert "被拒收" not in result.out  # the body never became a reply: nothing was refused
+    assert json.loads(result.out) == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
 
 
 def test_the_history_is_still_printed_when_a_bug_stops_the_run(run, provider, monkeypatch):

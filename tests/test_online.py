@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 from unittest import mock
+from urllib.parse import urlsplit
 
 import openai  # (no skip: without the SDK these tests must fail, not vanish)
 import pytest
@@ -100,10 +101,6 @@ def assert_clean_failure(result, code, first_line_start):
     assert KEY not in result.everything
 
 
-def no_progress(text):
-    """make_client's progress callback, for clients built outside main()."""
-
-
 def built_sdk_client(config):
     """The openai.OpenAI instance make_client builds (it keeps it inside its create())."""
     made = []
@@ -114,7 +111,7 @@ def built_sdk_client(config):
             made.append(self)
 
     with mock.patch.object(openai, "OpenAI", Recording):
-        lesson.make_client(config, no_progress)
+        lesson.make_client(config)
     assert len(made) == 1
     return made[0]
 
@@ -173,11 +170,8 @@ def test_show_messages_after_a_failure_shows_what_was_kept(run, provider):
     provider.script(tool_turn(CALL_1), completion(content="248 乘以", finish_reason="length"))
     result = run("--show-messages")
     assert result.code == 1
-    history, refused = result.out.split("被拒收、没有写进历史的响应", 1)
-    history = json.loads(history[history.index("[") :])
-    assert [m["role"] for m in history] == ["user", "assistant", "tool"]
-    choice = json.loads(refused[refused.index("{") :])["choices"][0]  # the response as it came
-    assert (choice["message"]["content"], choice["finish_reason"]) == ("248 乘以", "length")
+    history = json.loads(result.out[result.out.index("[") :])
+    assert [m["role"] for m in history] == ["user", "assistant", "tool"]  # not the stopped reply
 
 
 def test_show_messages_after_a_request_failure_shows_what_was_kept(run, provider):
@@ -243,16 +237,15 @@ def test_reasoning_content_goes_back_unchanged_and_private_fields_do_not(run, pr
 def test_show_messages_marks_reasoning_and_signatures_without_printing_them(run, provider):
     call = {**CALL_1, "extra_content": {"google": {"thought_signature": "U0lHTkFUVVJF"}}}
     details = [{"type": "reasoning.encrypted", "data": "RU5DUllQVEVE"}]
-    first = tool_turn(call, content="<think>先想一想乘法</think>", reasoning_details=details)
+    first = tool_turn(call, content="先乘一下。", reasoning_details=details)
     provider.script(first, completion(content="<think>再核对一遍</think>\n\n3720"))
     result = run("--show-messages")
-    assert result.code == 0 and "Agent> 3720\n" in result.out
-    for secret in ("U0lHTkFUVVJF", "RU5DUllQVEVE", "先想一想", "再核对"):
+    assert result.code == 0 and "Agent> 3720\n" in result.out  # the answer without its reasoning
+    for secret in ("U0lHTkFUVVJF", "RU5DUllQVEVE"):
         assert secret not in result.everything
     history = json.loads(result.out[result.out.index("[") :])
     assert history[1]["reasoning_details"] == history[1]["tool_calls"][0]["extra_content"]
     assert history[1]["reasoning_details"] == "（已省略）"
-    assert history[3]["content"] == "<think>（已省略）</think>3720"
     echoed = provider.requests[1].body["messages"][1]
     assert echoed["tool_calls"][0] == call and echoed["reasoning_details"] == details
 
@@ -326,12 +319,6 @@ def test_an_unknown_tool_becomes_a_tool_result(run, provider):
 # --- untrustworthy protocol state: stop the loop, execute nothing ----------------------------
 
 
-def choice_error(body, message):
-    """body with OpenRouter's mid-generation error inside choices[0]."""
-    body["choices"][0]["error"] = {"message": message, "code": 502}
-    return body
-
-
 STOPS = {
     "tool calls with a null finish_reason": (
         completion(tool_calls=[CALL_1], finish_reason=None),
@@ -394,53 +381,6 @@ def test_untrustworthy_responses_stop_the_loop_and_run_nothing(
     assert_clean_failure(result, 1, f"{link} step 1: ")
     assert reason_part in result.err.splitlines()[0]
     assert "最后一个成功事件：step 1: 收到响应" in result.err
-    assert len(provider.requests) == 1
-    assert "call_id=" not in result.out and "Agent>" not in result.out
-
-
-# A reply the protocol cannot have come from: the provider's failure, quoted, exit 3.
-MALFORMED = {
-    "missing function": (tool_turn(tool_call("call_1", None, None, function=OMIT)), '"call_1"'),
-    "custom type": (
-        tool_turn(
-            tool_call(
-                "call_1",
-                None,
-                None,
-                type="custom",
-                function=OMIT,
-                custom={"name": "multiply", "input": "248*15"},
-            )
-        ),
-        '"custom"',
-    ),
-    "arguments as an object": (
-        tool_turn(
-            {
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "multiply", "arguments": {"a": 248, "b": 15}},
-            }
-        ),
-        '"call_1"',
-    ),
-    "choices empty": ({"id": "x", "object": "chat.completion", "choices": []}, '"choices": []'),
-    "no choices at all": ({}, "{}"),
-    "an error inside choices[0] (OpenRouter)": (
-        choice_error(completion(content="", finish_reason="error"), "upstream model crashed"),
-        "upstream model crashed",
-    ),
-}
-
-
-@pytest.mark.parametrize(("reply", "quoted"), MALFORMED.values(), ids=MALFORMED.keys())
-def test_a_malformed_200_reply_is_the_providers_failure_and_runs_nothing(
-    run, provider, reply, quoted
-):
-    provider.script(reply, FINAL)
-    result = run()
-    assert_clean_failure(result, 3, "[Provider] step 1: HTTP 200")
-    assert quoted in result.err.splitlines()[0]
     assert len(provider.requests) == 1
     assert "call_id=" not in result.out and "Agent>" not in result.out
 
@@ -577,26 +517,34 @@ FAILURES = {
             body=b"<html><head><title>502 Bad Gateway</title></head></html>",
             content_type="text/html",
         ),
-        "HTTP 502：502 Bad Gateway",
+        "502 Bad Gateway",
     ),
 }
 
 
-# The hint each case must get, by rule 3: the provider's words first, then a status that means
-# one thing everywhere, otherwise "act on the provider's words".
-NO_TOOLS_HINT = next(h for p, k, h in lesson.PHRASES if "tools" in p)
+def concept_hint(words):
+    """The hint of the CONCEPTS row that these words are about (the first row they match)."""
+    return next(hint for pattern, _, hint in lesson.CONCEPTS if re.search(pattern, words))
+
+
+# The hint each case must get: the concept the provider's words are about first, then a status
+# that means one thing everywhere, otherwise "act on the provider's words" - or, with no words
+# at all (an HTML page), anything but that.
+NO_TOOLS_HINT = concept_hint("does not support tools")
+MODEL_HINT = concept_hint("the model does not exist")
+NO_WORDS = object()
 FAILURE_HINTS = {
     "ollama without tools": ("Model", NO_TOOLS_HINT),
     "vllm without auto tool choice": ("Model", NO_TOOLS_HINT),
     "llama.cpp without --jinja": ("Model", NO_TOOLS_HINT),
     "401": ("Provider", lesson.STATUS_HINTS[401]),
     "401 echoing the whole key": ("Provider", lesson.STATUS_HINTS[401]),
-    "404 json": ("Provider", lesson.HINT_MODEL),
+    "404 json": ("Provider", MODEL_HINT),
     "429": ("Provider", lesson.HINT_BALANCE),  # "You exceeded your current quota" is billing
     "error body is a json list": ("Provider", lesson.HINT_WORDS),
-    "non-openai envelope": ("Provider", lesson.HINT_MODEL),  # "Model does not exist"
+    "non-openai envelope": ("Provider", MODEL_HINT),  # "Model does not exist"
     "500 plain": ("Provider", lesson.HINT_WORDS),
-    "502 html": ("Provider", lesson.HINT_WORDS),
+    "502 html": ("Provider", NO_WORDS),
 }
 
 
@@ -609,7 +557,11 @@ def test_http_errors_exit_3_with_the_providers_own_words(
     result = run()
     assert_clean_failure(result, 3, f"[{link}] step 1: HTTP ")
     first, second = result.err.splitlines()
-    assert reason_part in first and second.endswith("建议：" + hint)
+    assert reason_part in first, first
+    if hint is NO_WORDS:
+        assert "建议：" in second and not second.endswith(lesson.HINT_WORDS), second
+    else:
+        assert second.endswith("建议：" + hint), second
     assert first.endswith(f"；端点 {provider.base_url}，模型 test-model")
     assert "最后一个成功事件：Harness 已就绪，user 消息已写入历史；" in second
     assert len(provider.requests) == 1  # one attempt per request: no retry on 429 or 5xx
@@ -626,15 +578,19 @@ def test_a_failure_on_the_second_request_names_the_tool_result_as_last_success(r
 
 def test_a_base_url_without_v1_gets_an_html_404_and_a_v1_hint(run, provider):
     result = run(OPENAI_BASE_URL=provider.base_url[: -len("/v1")])
-    assert_clean_failure(result, 3, "[Provider] step 1: HTTP 404：404 Not Found")
-    assert "/v1" in result.err.splitlines()[1]
+    assert_clean_failure(result, 3, "[Provider] step 1: HTTP 404：")
+    first, second = result.err.splitlines()
+    assert "404 Not Found" in first and "/v1" in second
     assert [r.path for r in provider.requests] == ["/chat/completions"]
 
 
 def test_connection_refused_exits_3_naming_the_network(run, closed_port_url):
     result = run(OPENAI_BASE_URL=closed_port_url)
-    assert_clean_failure(result, 3, "[SDK/网络] step 1: 连不上服务器")
-    assert f"端点 {closed_port_url}，模型 test-model" in result.err
+    assert_clean_failure(result, 3, "[SDK/网络] step 1: ")
+    first = result.err_lines[0]
+    endpoint = f"；端点 {closed_port_url}，模型 test-model"
+    assert first.endswith(endpoint), first
+    assert urlsplit(closed_port_url).netloc in first[: -len(endpoint)]  # what did not answer
 
 
 def test_a_read_timeout_exits_3_after_one_attempt(run, provider):
@@ -678,8 +634,8 @@ HOSTILE = {
     "lone surrogate in the answer": ([completion(content="答案\ud800 3720")], 3),
     "lone surrogate beside tool calls": ([tool_turn(CALL_1, content="\udfff"), FINAL], 3),
     "terminal escape in the answer": ([completion(content="\x1b]0;hacked\x07 3720")], 0),
-    "finish_reason is a list": ([completion(content="3720", finish_reason=["stop"])], 1),
-    "finish_reason is an object": ([completion(tool_calls=[CALL_1], finish_reason={"a": 1})], 1),
+    "finish_reason is a list": ([completion(content="3720", finish_reason=["stop"])], 3),
+    "finish_reason is an object": ([completion(tool_calls=[CALL_1], finish_reason={"a": 1})], 3),
     "message is a string": (
         [{"choices": [{"index": 0, "message": "hello", "finish_reason": "stop"}]}],
         3,
@@ -781,7 +737,7 @@ def test_a_key_exactly_as_long_as_readme_promises_is_masked(run, provider):
 
 def test_a_short_local_key_is_not_used_to_mask_other_text(run, closed_port_url):
     result = run(OPENAI_API_KEY="e", OPENAI_BASE_URL=closed_port_url)
-    assert result.err.startswith("[SDK/网络] step 1: 连不上服务器")
+    assert result.err.startswith("[SDK/网络] step 1: ")
     assert f"端点 {closed_port_url}" in result.err
     assert "***" not in result.err
 
@@ -808,10 +764,11 @@ def test_a_base_url_the_sdk_would_misread_exits_2_before_any_request(run, provid
 @example(rest="h\x00/v1")
 @example(rest="h:99999/v1")
 @example(rest="\xa1")  # not a valid internationalised host name: only the SDK refuses it
-@example(rest="u:p@h/v1")
+@example(rest="u:p@h/v1")  # credentials, a query, port 0, a fragment: the SDK's to judge
 @example(rest="h/v1?api-version=1")
 @example(rest="h/v1/chat/completions/")
-@example(rest="h:0/v1#top")  # port 0 and a fragment are the SDK's to judge now
+@example(rest="h:0/v1#top")
+@example(rest="[::1/v1")  # an IPv6 host without its closing bracket
 def test_any_base_url_either_makes_a_client_or_is_a_configuration_error(rest):
     environ = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": "http://" + rest}
     try:
@@ -820,9 +777,8 @@ def test_any_base_url_either_makes_a_client_or_is_a_configuration_error(rest):
         assert (stop.link, stop.exit_code) == ("Harness", 2)
         assert stop.reason.startswith(("OPENAI_BASE_URL 不可用", "SDK 没能")), stop
     else:
-        # What the SDK would silently rewrite or misuse never reaches it
+        # The SDK would append /chat/completions a second time: that never reaches it
         url = client.base_url
-        assert (url.userinfo, url.query) == (b"", b""), str(url)
         assert not url.path.rstrip("/").endswith("/chat/completions"), str(url)
 
 
@@ -833,10 +789,10 @@ def test_an_exported_but_empty_base_url_means_the_official_endpoint(monkeypatch)
     )
     sdk_client = built_sdk_client(config)
     assert str(sdk_client.base_url).rstrip("/") == "https://api.openai.com/v1"
-    assert config["base_url"] == "https://api.openai.com/v1"  # the report names it too
+    assert config["OPENAI_BASE_URL"] == "https://api.openai.com/v1"  # the report names it too
 
 
-@pytest.mark.parametrize("timeout", ["1e308", "inf", "-1", "3601"])
+@pytest.mark.parametrize("timeout", ["1e308", "inf", "-1", "10000", "1 0"])
 def test_an_unusable_timeout_is_a_configuration_error(run, provider, timeout):
     result = run(OPENAI_TIMEOUT=timeout)
     assert result.code == 2 and "OPENAI_TIMEOUT" in result.err
@@ -853,7 +809,7 @@ def test_an_error_that_merely_mentions_tools_gets_no_no_tools_hint(run, provider
     provider.script(Reply(status=400, json={"error": {"message": message}}))
     result = run()
     assert result.code == 3 and message in result.err
-    assert "不支持 Tool Calling" not in result.err
+    assert NO_TOOLS_HINT not in result.err
 
 
 def test_the_client_uses_the_scripts_timeout_and_makes_one_attempt(monkeypatch):
@@ -863,7 +819,7 @@ def test_the_client_uses_the_scripts_timeout_and_makes_one_attempt(monkeypatch):
     assert client.max_retries == 0  # one attempt per request
     assert client.timeout.read == 60  # OPENAI_TIMEOUT's default
     assert client.timeout.connect == 5  # connecting fails fast whatever the read timeout
-    client = built_sdk_client(dict(config, timeout=2.5))
+    client = built_sdk_client(dict(config, OPENAI_TIMEOUT=2.5))
     assert (client.timeout.read, client.timeout.connect) == (2.5, 2.5)
 
 
@@ -885,7 +841,8 @@ def test_a_real_model_that_writes_its_call_as_text_is_stopped_not_answered(run, 
     result, (request,) = replay(run, provider, name)
     assert provider.requests[0].body == request  # we sent exactly what the real server got
     assert_clean_failure(result, 1, "[Provider] step 1: 模型把调用写成了文字")
-    assert '"name": "multiply"' in result.err and "--jinja" in result.err
+    first, second = result.err_lines
+    assert '"name": "multiply"' in first and second.endswith(lesson.HINT_WRITTEN_CALL)
     assert "Agent>" not in result.out and "call_id=" not in result.out
 
 
@@ -1000,13 +957,13 @@ def test_thousands_of_tool_calls_in_one_response_run_none(run, provider):
     assert len(provider.requests) == 1 and "call_id=" not in result.out
 
 
-def test_the_deprecated_function_call_finish_reason_is_named_as_such(run, provider):
-    provider.script(completion(content=None, finish_reason="function_call"))
+def test_the_deprecated_function_call_finish_reason_stops_the_loop(run, provider):
+    provider.script(completion(content=None, finish_reason="function_call"), FINAL)
     result = run()
     assert_clean_failure(
         result, 1, '[Provider] step 1: 模型没有正常结束：finish_reason="function_call"'
     )
-    assert "已弃用" in result.err
+    assert len(provider.requests) == 1
 
 
 def test_a_200_that_cannot_be_parsed_does_not_claim_no_response_came(run, provider):
@@ -1018,7 +975,6 @@ def test_a_200_that_cannot_be_parsed_does_not_claim_no_response_came(run, provid
 
 # --- the gate: a 200 body that is not a completion is the provider's failure (exit 3) --------
 
-REFUSED = "被拒收、没有写进历史的响应"
 SSE_CHUNK = {
     "id": "chatcmpl-1",
     "object": "chat.completion.chunk",
@@ -1053,11 +1009,11 @@ GATE = {
     ),
     "gbk-encoded json": (
         Reply(body=CHINESE_FINAL.encode("gbk"), content_type="application/json"),
-        "UTF-8",
+        "UnicodeDecodeError",
     ),
     "gzip without content-encoding": (
         Reply(body=gzip.compress(CHINESE_FINAL.encode()), content_type="application/json"),
-        "UTF-8",
+        "UnicodeDecodeError",
     ),
     "minimax envelope": (
         Reply(json={"base_resp": {"status_code": 1004, "status_msg": MINIMAX_WORDS}}),
@@ -1079,8 +1035,6 @@ def test_a_200_that_is_not_a_completion_is_the_providers_failure(run, provider, 
     assert said in result.err_lines[0], result.err
     assert len(result.err_lines[0]) < 600  # what it was or said, and at most the body's start
     assert len(provider.requests) == 1  # a 200 is not retried, and nothing more is sent
-    # Not a response the loop refused: no such response is printed, only the history so far
-    assert REFUSED not in result.out
     assert json.loads(result.out) == [{"role": "user", "content": lesson.DEFAULT_QUESTION}]
 
 
@@ -1155,8 +1109,9 @@ JSON_VALUE = st.recursive(
     ),
     max_leaves=8,
 )
-# Any nesting: shallow enough for every part of the harness, deeper than the gate's MAX_DEPTH,
-# as deep as the parser accepts, and deeper than any CPython's parser accepts (3.13's: 5,000).
+# Any nesting: shallow, as deep as the parser accepts (which depends on the CPython version and
+# the stack), and deeper than any CPython's parser accepts. test_gate.py sweeps the band just
+# below the parser's limit, place by place.
 DEPTH = st.integers(0, 1_200) | st.just(50_000)
 DEEP = object()  # stands for the nested list drawn with DEPTH
 ODD_VALUE = st.just(DEEP) | JSON_VALUE
@@ -1310,23 +1265,12 @@ def test_no_200_body_or_header_crashes_the_harness_or_shows_the_key(shared_provi
     result = run_quietly(environ, *(["--show-messages"] if show else []))
     assert result.code in (0, 1, 3), result.everything
     assert "Traceback" not in result.everything, result.everything
-    assert (result.err == "") == (result.code == 0), result.everything
+    if result.code == 0:  # an answer; after a tool ran, with at most the written-call note
+        assert "Agent> " in result.out, result.everything
+        assert len(result.err_lines) <= (1 if "call_id=" in result.out else 0), result.everything
+    else:  # the two-line report
+        assert len(result.err_lines) == 2 and "建议：" in result.err_lines[1], result.everything
     assert PROPERTY_KEY not in result.everything, result.everything
-
-
-# Nesting at the parser's own limit (which depends on the CPython version: 3.12's parser takes
-# 1,497 levels, 3.13's 9,998) is far past the gate's MAX_DEPTH: refused either way, never a
-# traceback. The gate's own boundary (MAX_DEPTH passes, one level more fails) is in test_gate.py.
-
-
-def test_show_messages_prints_a_refused_response_nested_as_deep_as_the_parser_allows(provider):
-    environ = {"OPENAI_API_KEY": KEY, "OPENAI_MODEL": "m", "OPENAI_BASE_URL": provider.base_url}
-    for depth in (1_200, 1_000, 990, 980, 970, 950, 900, 700, 500):  # each version's band
-        body = json_with(completion(content="@@"), "[" * depth + "]" * depth)
-        provider.script(Reply(body=body, content_type="application/json"))
-        result = run_quietly(environ, "--show-messages")
-        assert "Traceback" not in result.everything, (depth, result.err[-600:])
-        assert result.code == 3 or REFUSED in result.out, depth  # refused, or not parsed at all
 
 
 def deepest_json_here():
