@@ -670,7 +670,7 @@ def network_failure(cause, config):
     kinds, address = what_failed(cause)
     seconds = config["OPENAI_TIMEOUT"]
     if "ProxyError" in kinds or address not in ("", endpoint):  # 代理没在运行、端口不对、不肯转发
-        what = f"代理 {address or '（HTTPS_PROXY、ALL_PROXY 指的）'} 没接通"
+        what = f"代理 {address or 'HTTPS_PROXY、ALL_PROXY'} 没接通"
         hint = (
             "打开代理软件（Clash、V2Ray），核对端口（Clash Verge 默认 7897，老版本 7890）；407 要"
             "把用户名密码写进代理地址，502 就换节点；本机端点别经代理：NO_PROXY=127.0.0.1"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import socketserver
 import ssl
@@ -77,6 +78,23 @@ def network_report(result):
     assert "Traceback" not in result.everything and KEY not in result.everything
     assert result.out == ""
     return first, second
+
+
+REFERENCE = (Path(__file__).resolve().parent.parent / "REFERENCE.md").read_text(encoding="utf-8")
+
+
+def shown(text):
+    """A line with its run-to-run details (ports on 127.0.0.1, seconds) made alike."""
+    text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", text)
+    return re.sub(r"\d+(\.\d+)? 秒", "N 秒", text)
+
+
+def documented(first, second=None):
+    """REFERENCE shows this hop as it is printed: the hop's words before the library's own (the
+    part in the first parentheses), and the advice whole."""
+    assert shown(first.split("（")[0]) in shown(REFERENCE), first
+    if second is not None:
+        assert shown(second.split("建议：")[1]) in shown(REFERENCE), second
 
 
 def pump(source, sink):
@@ -205,6 +223,7 @@ def test_a_proxy_on_a_closed_port_is_named_and_the_advice_is_to_open_it(
     assert f"代理 127.0.0.1:{proxy} " in first, first  # the proxy, not the endpoint
     assert "端口" in second and "NO_PROXY=127.0.0.1" in second, second  # its port; local: bypass
     assert PASSWORD not in result.everything
+    documented(first, second)
 
 
 @pytest.mark.parametrize(
@@ -227,6 +246,7 @@ def test_a_proxy_that_refuses_to_connect_is_named_with_its_answer(run, answer):
     assert first.startswith(f"[{lesson.SDK_NETWORK}] step 1: 代理 "), first
     assert "代理 api.deepseek.com" not in first, first  # the endpoint is not called the proxy
     assert status in first, first  # the proxy's own answer
+    documented(first, second)
     if status == "407":  # the fix for 407: the user name and password in the proxy's address
         assert "407" in second, second
 
@@ -242,6 +262,7 @@ def test_a_proxy_that_drops_the_tunnel_is_a_cut_handshake_and_its_node_is_advise
     # The same failure as a handshake cut off on a direct line: the advice names both causes
     assert "api.deepseek.com:443 的 TLS 握手被断开" in first, first
     assert "代理的节点" in second and "经代理" in second, second
+    documented(first, second)
 
 
 def test_an_https_address_for_a_plain_http_proxy_is_a_tls_failure_about_the_scheme(run, provider):
@@ -251,6 +272,7 @@ def test_an_https_address_for_a_plain_http_proxy_is_a_tls_failure_about_the_sche
     assert "TLS" in first, first
     assert "代理" in second and "http://" in second and "https://" in second, second
     assert provider.requests == []
+    documented(first, second)
 
 
 # ---------------------------------------------------------------------------
@@ -284,6 +306,7 @@ def test_a_certificate_that_is_not_trusted_is_named_and_ssl_cert_file_is_the_fix
     assert f"127.0.0.1:{front.port} 的 TLS 证书不受信任" in first, first
     assert "SSL_CERT_FILE" in second, second
     assert provider.requests == [] and "handshake done" not in front.lines
+    documented(first, second)
 
 
 def test_https_to_a_plain_http_server_is_named_at_once_and_http_is_the_fix(run, provider):
@@ -324,6 +347,7 @@ def test_a_read_timeout_names_the_seconds_of_openai_timeout(run, provider):
     assert "OPENAI_TIMEOUT" in second, second  # raise it for a slow model
     assert 0.7 < waited < 3, waited
     assert len(provider.requests) == 1  # connected, asked once, no retry
+    documented(first)
 
 
 @pytest.fixture
@@ -355,6 +379,7 @@ def test_a_connect_timeout_names_the_connect_limit(run, busy_port):
     assert 0.7 < waited < 3, waited  # it waited out the connect limit: min(OPENAI_TIMEOUT, 5)
     assert f"127.0.0.1:{busy_port}" in first and "连上了" not in first, first  # never connected
     assert "0.8 秒" in first, first  # how long it waited to connect
+    documented(first)
 
 
 # ---------------------------------------------------------------------------
