@@ -586,6 +586,9 @@ HINT_KEY = "检查 OPENAI_API_KEY：是否完整、没过期，是否属于 OPEN
 HINT_BALANCE = "余额、额度或免费额度用完了，或账户欠费：到 Provider 控制台充值或开通付费，或换 key"
 HINT_RATE = "触发了频率、并发或每分钟的限额：稍等再试（本课不重试）；一直如此就查控制台的限额"
 HINT_WORDS = "按上面 Provider 的原话处理"
+HINT_UPSTREAM = (
+    "网关或服务答了，它后面的模型服务没答上：稍后再试；经网关就问它的管理员；本机端点设 NO_PROXY"
+)
 # Provider 的原话说的是哪件事，建议就给那件事的：不看是谁说的，也不看状态码（余额用完，有的回 400，
 # 有的回 403、429）。从上往下找第一个说中的，具体的在前：Gemini 每分钟的限额也提到 quota，先认频率。
 # fmt: off
@@ -599,7 +602,7 @@ CONCEPTS = [  # (这件事的中英文说法, 失败的一环, 建议)
      r"|retry in|频率|速率|并发|访问量过大|限流", PROVIDER, HINT_RATE),
     (r"insufficient|balance|quota|billing|arrearage|overdue|good standing|free tier|paid"
      r"|余额|欠费|额度|充值|资源包", PROVIDER, HINT_BALANCE),
-    (r"context|token.?limit|maximum.{0,30}tokens|(input|prompt).{0,20}(too long|length)"
+    (r"context(?! deadline)|token.?limit|(input|prompt).{0,20}(too long|length)"
      r"|上下文|超长|过长|长度超", MODEL, "超出了模型的上下文长度：问短一点，或换上下文更大的模型"),
     (r"country|region|territory|location is not supported|地区|地域", PROVIDER,
      "这个地区用不了它：换本地区能用的 Provider，或用它在本地区的站点（key 按站点分开）"),
@@ -609,13 +612,16 @@ CONCEPTS = [  # (这件事的中英文说法, 失败的一环, 建议)
      "检查 OPENAI_MODEL：与 Provider 模型列表一字不差、账户已开通；经网关时令牌要有权用它"),
     (r"api.{0,3}key|\btoken(?!s)|auth|credential|unauthorized|no connected db|令牌|密钥", PROVIDER,
      HINT_KEY),
-    (r"upstream connect|connection error|no fallback|bad gateway|上游", PROVIDER,
-     "网关或服务答了，但它后面的模型服务失败了：稍后再试；经网关就问它的管理员"),
+    (r"upstream connect|connection error|no fallback|do request failed|deadline exceeded|上游",
+     PROVIDER,
+     HINT_UPSTREAM),
 ]
 STATUS_HINTS = {  # 各家含义一致的状态码
     401: HINT_KEY,
     404: "检查 OPENAI_BASE_URL 的路径（多以 /v1 结尾；智谱 /api/paas/v4，火山方舟 /api/v3）",
     429: HINT_RATE,
+    502: HINT_UPSTREAM,  # 502、503：网关（或代理）后面的服务没答上
+    503: HINT_UPSTREAM,
 }
 # fmt: on
 # 错误体里给人看的那句话，不论信封：error.message、msg、error_msg、status_msg、detail、raw……
@@ -668,7 +674,6 @@ def network_failure(cause, config):
     url = urlsplit(config["OPENAI_BASE_URL"])
     endpoint = f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}"
     kinds, address = what_failed(cause)
-    seconds = config["OPENAI_TIMEOUT"]
     if "ProxyError" in kinds or address not in ("", endpoint):  # 代理没在运行、端口不对、不肯转发
         what = f"代理 {address or 'HTTPS_PROXY、ALL_PROXY'} 没接通"
         hint = (
@@ -678,17 +683,17 @@ def network_failure(cause, config):
     elif "SSLCertVerificationError" in kinds:
         what = f"{endpoint} 的 TLS 证书不受信任"
         hint = "公司网络或代理软件在检查 TLS：把它的根证书写进 SSL_CERT_FILE，或换个网络"
-    elif "SSLError" in kinds:  # 对方说的不是 TLS：端点或代理的 http 端口写成了 https://
-        what = "TLS 握手失败：对方说的不是 TLS"
+    elif "SSLError" in kinds:  # 最常见的是对方说的不是 TLS：端点或代理的 http 端口写成了 https://
+        what = "TLS 握手失败"
         hint = "OPENAI_BASE_URL 或代理的地址把 http:// 写成了 https://（本机服务、Clash 都是 http）"
-    elif "SSLEOFError" in kinds:  # 握手到一半连接被关掉：代理的节点不通，或直连被拦
+    elif "SSL" in str(kinds):  # 别的 TLS 错（SSLEOFError 等）：握手到一半连接被关掉
         what = f"和 {endpoint} 的 TLS 握手被断开"
         hint = "经代理的，多半是代理的节点不通：换个节点；没经代理的，国外的端点在国内常要经代理"
     elif "ReadTimeout" in kinds:
-        what = f"连上了，{seconds:g} 秒（OPENAI_TIMEOUT）内没等到响应"
+        what = f"连上了，{config['OPENAI_TIMEOUT']:g} 秒（OPENAI_TIMEOUT）内没等到响应"
         hint = "模型慢（本机小模型、推理模型）就调大 OPENAI_TIMEOUT"
     elif "ConnectTimeout" in kinds:  # 连接最多等 5 秒（make_client）
-        what = f"{min(seconds, 5):g} 秒内没连上 {endpoint}"
+        what = f"{min(config['OPENAI_TIMEOUT'], 5):g} 秒内没连上 {endpoint}"
         hint = "对方不应答连接：检查网络；国外的端点在国内常要经代理：HTTPS_PROXY=http://127.0.0.1:7897"
     elif "ConnectError" in kinds and url.hostname in ("localhost", "127.0.0.1", "0.0.0.0"):
         what = f"本机 {endpoint} 上没有服务在应答"
@@ -732,9 +737,9 @@ def provider_failure(what, status, text):
     words = provider_words(text)
     quoted = f"{what}{clip(words or text) or '（响应体是空的）'}"
     for pattern, link, hint in CONCEPTS:
-        if re.search(pattern, words or text, re.IGNORECASE):  # 没有 JSON 的原话，就读整页
+        if re.search(pattern, words, re.IGNORECASE):
             return RequestFailed(link, quoted, hint)
-    quiet = "没有原话：OPENAI_BASE_URL 要指 API 而非网页；本机端点别经代理（NO_PROXY）；看服务日志"
+    quiet = "没有原话：检查 OPENAI_BASE_URL 指的是 API 而不是网页，再看服务端日志"
     return RequestFailed(PROVIDER, quoted, STATUS_HINTS.get(status, HINT_WORDS if words else quiet))
 
 
@@ -748,7 +753,6 @@ def read_reply(chunks, status=200):
         data = json.loads(body.decode("utf-8-sig"))  # JSON 的标准允许开头的 BOM
         # 要存进历史的下次照原样发回：SDK 发不出去的（NaN、孤立的代理字符、太深的嵌套）现在就说
         json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
-        for_display(data)  # 在 Python 里一层层走一遍：嵌套深到之后带回去会递归出错的，现在就停下
     except Exception as error:  # 解压出错、中途断开、不是 UTF-8、不是 JSON：对方的字节读不了
         what = f"HTTP {status}，但响应体读不了（{type(error).__name__}: {clip(str(error), 80)}）："
         raise provider_failure(what, status, body.decode(errors="replace")) from None
@@ -756,7 +760,10 @@ def read_reply(chunks, status=200):
         reply = shaped(REPLY, data, "响应体")
         if not reply.choices:  # 没有回复，多半只有一个错误的信封：原话在里面
             raise ValueError("choices 是空的")
-    except (ValueError, RecursionError) as error:  # 缺了、类型不对的字段，说出是哪个
+    except (
+        ValueError,
+        RecursionError,
+    ) as error:  # 缺了、类型不对的字段，说出是哪个（引用它也要递归）
         what = f"HTTP {status}，但响应体不是 OpenAI 协议的回复（{error}）："
         raise provider_failure(what, status, body.decode("utf-8-sig")) from None
     return reply
@@ -833,14 +840,16 @@ def written_orders(text):
         )
         stretches = re.findall(rf"(?:{value}|{name}|{ORDER_GLUE})+", said, re.X)
         found += [s.strip() for s in stretches if re.search(name, s) and re.search(value, s)]
-    longest = [order for order in found if not any(order in other != order for other in found)]
+    longest = [
+        order for order in found if not any(order != other and order in other for other in found)
+    ]
     return list(dict.fromkeys(longest))  # 被更长的一段包住的（开头的 JSON、控制标记）不单算
 
 
 # ---- 文字出去：只显示课文讲到的字段；秘密只经过一道遮罩；每个字都经过同一个出口 ----
 # 课文讲到的消息字段：一份允许名单
-SHOWN = {"role", "content", "tool_calls", "tool_call_id", "id", "type", "function", "name"}
-SHOWN.add("arguments")
+SHOWN = {"role", "content", "tool_calls", "tool_call_id", "id", "type",
+         "function", "name", "arguments"}  # fmt: skip
 # 像 key 的一段：sk-…、gsk_…、xai-…、AIza…、JWT、32 位以上的字母数字（智谱）、UUID（火山方舟）
 KEY_LIKE = (
     r"\b(?:sk|gsk|xai)[-_][\w-]{8,}|\bAIza[\w-]{20,}|\beyJ[\w-]{10,}\.[\w.-]+"

