@@ -63,3 +63,29 @@ def closed_port_url() -> Iterator[str]:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+@pytest.fixture
+def no_ambient_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy or OPENAI_* variable from the machine running the tests (the network and proxy
+    tests use it: the SDK's HTTP library reads the proxy variables from os.environ)."""
+    for name in list(os.environ):
+        if name.lower().endswith("_proxy") or name.startswith("OPENAI_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def dead_port() -> Iterator:
+    """A factory of ports on 127.0.0.1 that refuse connections: each stays bound, never
+    listening, until the test ends, so nothing else can start listening on it meanwhile."""
+    held = []
+
+    def bind() -> int:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        held.append(sock)
+        return sock.getsockname()[1]
+
+    yield bind
+    for sock in held:
+        sock.close()

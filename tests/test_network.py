@@ -36,35 +36,13 @@ CERTIFICATE = Path(__file__).resolve().parent / "tls" / "self_signed_127.0.0.1.p
 ANSWER = ARTICLE_FINAL["choices"][0]["message"]["content"]
 
 
-@pytest.fixture(autouse=True)
-def no_ambient_proxy(monkeypatch):
-    """No proxy or OPENAI_* variable from the machine running the tests."""
-    for name in list(os.environ):
-        if name.lower().endswith("_proxy") or name.startswith("OPENAI_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_ambient_proxy")  # tests/conftest.py
 
 
 @pytest.fixture
 def run(provider, capsys, monkeypatch):
     """main() in-process; the variables go into os.environ as well as into main()'s dict."""
     return environ_runner(provider, capsys, monkeypatch, KEY)
-
-
-@pytest.fixture
-def dead_port():
-    """A factory of ports on 127.0.0.1 that refuse connections: each stays bound, never
-    listening, until the test ends, so nothing else can start listening on it meanwhile."""
-    held = []
-
-    def bind():
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        held.append(sock)
-        return sock.getsockname()[1]
-
-    yield bind
-    for sock in held:
-        sock.close()
 
 
 def network_report(result):

@@ -15,7 +15,6 @@ error, never a traceback. How a failed proxy is named: tests/test_network.py.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import socket
 import threading
@@ -29,35 +28,13 @@ KEY = "sk-proxies-secret-0123456789"
 TOOL_TURN, FINAL = ARTICLE_TOOL_TURN, ARTICLE_FINAL
 
 
-@pytest.fixture(autouse=True)
-def no_ambient_proxy(monkeypatch):
-    """No proxy or OPENAI_* variable from the machine running the tests."""
-    for name in list(os.environ):
-        if name.lower().endswith("_proxy") or name.startswith("OPENAI_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_ambient_proxy")  # tests/conftest.py
 
 
 @pytest.fixture
 def run(provider, capsys, monkeypatch):
     """main() in-process; the variables go into os.environ as well as into main()'s dict."""
     return environ_runner(provider, capsys, monkeypatch, KEY)
-
-
-@pytest.fixture
-def dead_port():
-    """A factory of ports on 127.0.0.1 that refuse connections: each stays bound, never
-    listening, until the test ends, so nothing else can start listening on it meanwhile."""
-    held = []
-
-    def bind():
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        held.append(sock)
-        return sock.getsockname()[1]
-
-    yield bind
-    for sock in held:
-        sock.close()
 
 
 def report(result):
