@@ -313,7 +313,7 @@ class FakeClient:
     def create(self, **request: object) -> object:
         self.requests.append(json.loads(json.dumps(request, allow_nan=False)))  # 发得出去的才存
         expect(self.responses, f"预设的响应用完了：Loop 发出了第 {len(self.requests)} 次请求")
-        return read_reply([json.dumps(self.responses.pop(0)).encode()])
+        return read_reply(json.dumps(self.responses.pop(0)).encode())
 
 
 def run_fake(*responses: object) -> tuple:
@@ -529,7 +529,7 @@ def check_config(environment):
     for old, name in OLD_NAMES.items():
         if environment.get(old) and not environment.get(name):  # 设成空串的不算
             what = f"没设 {name}，却设着 {old}（旧教程或别的工具用的名字，脚本不读它）"
-            raise ConfigError(HARNESS, what, f'改用 {name}：export {name}="${old}"')
+            raise ConfigError(HARNESS, what, f'改用 {name}：export {name}="${old}"，或 unset {old}')
     values = {name: environment.get(name, "").strip() for name in VARIABLES + CERTIFICATES}
     for name, value in values.items():
         problem = variable_problem(name, value)
@@ -654,15 +654,14 @@ def make_client(config):
         raise ConfigError(HARNESS, what, hint) from None
 
     def create(**request):
-        try:
-            # 要的是响应体的字节；只有 SDK 的异常从这里出来
-            with client.chat.completions.with_streaming_response.create(**request) as response:
-                return read_reply(response.iter_bytes(), response.status_code)
+        try:  # 响应体由 SDK 在它的 try 里读完：读到一半断了、超时，也是它的异常
+            raw = client.chat.completions.with_raw_response.create(**request).http_response
         except openai.APIStatusError as error:
             status = error.status_code
             raise provider_failure(f"HTTP {status}：", status, error.response.text) from None
         except openai.APIConnectionError as error:  # 连不上、超时：HTTP 库的异常说断在哪一步
             raise network_failure(error.__cause__ or error, config) from None
+        return read_reply(raw.content, raw.status_code)  # 要的是响应体的字节
 
     return SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
 
@@ -700,10 +699,10 @@ def network_failure(cause, config):
         hint = "先启动服务（llama-server、Ollama……）并核对端口；本机服务多用 http://"
     elif "ConnectError" in kinds:
         what = f"连不上 {endpoint}"
-        hint = "检查网络和主机名；国外的端点在国内常要经代理：HTTPS_PROXY=http://127.0.0.1:7897"
-    else:  # 连上了，却没读到完整的响应（对方断开、协议出错）
-        what = f"连上了 {endpoint}，没收到完整的响应就断了"
-        hint = "看服务端日志，和中间的代理、网关"
+        hint = "国外端点在国内要经代理：HTTPS_PROXY=http://127.0.0.1:7897（设了就看代理开没开）"
+    else:  # 连上了，响应却没能读完：对方中途断开、协议出错、编码（gzip 等）和它说的不符
+        what = f"连上了 {endpoint}，响应没能读完"
+        hint = "对方中途断开，或响应的编码不对：看服务端日志，和中间的代理、网关"
     return RequestFailed(SDK_NETWORK, f"{what}（{kinds[0]}: {clip(str(cause), 120)}）", hint)
 
 
@@ -739,33 +738,24 @@ def provider_failure(what, status, text):
     for pattern, link, hint in CONCEPTS:
         if re.search(pattern, words, re.IGNORECASE):
             return RequestFailed(link, quoted, hint)
-    quiet = "没有原话：检查 OPENAI_BASE_URL 指的是 API 而不是网页，再看服务端日志"
+    quiet = "没有原话：确认 OPENAI_BASE_URL 是 OpenAI 兼容的 API（不是网页），再看服务端日志"
     return RequestFailed(PROVIDER, quoted, STATUS_HINTS.get(status, HINT_WORDS if words else quiet))
 
 
 # ---- 字节变成回复：2xx 的字节只在这里变成 Loop 读的对象；读不了、不合协议，是 Provider 的失败 ----
-def read_reply(chunks, status=200):
+def read_reply(body, status=200):
     """字节 → JSON → Loop 读的对象，只在这里查一次：之后第一部分照课文的写法直接读字段。"""
-    body = bytearray()
-    try:
-        for chunk in chunks:  # 读到一半断了，也能引用已经读到的开头
-            body += chunk
+    try:  # 不是 UTF-8、不是 JSON、缺了或类型不对的字段：都是 ValueError，说出是哪一处
         data = json.loads(body.decode("utf-8-sig"))  # JSON 的标准允许开头的 BOM
-        # 要存进历史的下次照原样发回：SDK 发不出去的（NaN、孤立的代理字符、太深的嵌套）现在就说
+        # 要存进历史的下次照原样发回：SDK 发不出去的（NaN、孤立的代理字符）现在就说
         json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
-    except Exception as error:  # 解压出错、中途断开、不是 UTF-8、不是 JSON：对方的字节读不了
-        what = f"HTTP {status}，但响应体读不了（{type(error).__name__}: {clip(str(error), 80)}）："
-        raise provider_failure(what, status, body.decode(errors="replace")) from None
-    try:
         reply = shaped(REPLY, data, "响应体")
         if not reply.choices:  # 没有回复，多半只有一个错误的信封：原话在里面
             raise ValueError("choices 是空的")
-    except (
-        ValueError,
-        RecursionError,
-    ) as error:  # 缺了、类型不对的字段，说出是哪个（引用它也要递归）
-        what = f"HTTP {status}，但响应体不是 OpenAI 协议的回复（{error}）："
-        raise provider_failure(what, status, body.decode("utf-8-sig")) from None
+    except (ValueError, RecursionError) as error:  # 嵌套太深的，解析或引用时递归出错
+        kind = type(error).__name__
+        what = f"HTTP {status}，但响应体不是 OpenAI 协议的回复（{kind}: {clip(str(error), 80)}）："
+        raise provider_failure(what, status, body.decode(errors="replace")) from None
     return reply
 
 
@@ -874,6 +864,8 @@ def secret_mask(environment):
     """唯一的遮罩：key 和环境里像 key 的段，原样、JSON 转义（含 \\/）、%-转义三种写法，从前 8 个字符
     起整段换成 ***；地址里的用户名密码换成 ***；终端控制字符写成 \\u 转义。"""
     forms = set()
+    # 整个环境都看：SDK 和 HTTP 库也读别的变量（OPENAI_ORG_ID、代理地址），报错会引用它们；
+    # 多遮一段像 key 的 UUID，好过漏一个秘密
     for secret in {environment.get("OPENAI_API_KEY", ""), *re.findall(KEY_LIKE, str(environment))}:
         # JSON 转义：key 里只有 / 会变（PHP 写成 \/）；%-转义：写进网址的
         forms |= {secret, secret.replace("/", "\\/"), quote(secret, "", None, "replace")}

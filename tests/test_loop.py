@@ -354,7 +354,7 @@ class FailsOnSecondRequest:
     def create(self, **request):
         self.count += 1
         if self.count == 1:
-            return lesson.read_reply([json.dumps(calls(fake_call("call_1"))).encode()])
+            return lesson.read_reply(json.dumps(calls(fake_call("call_1"))).encode())
         raise RequestFailed("SDK/网络", "连不上服务器", "检查端点")
 
 

@@ -930,10 +930,11 @@ BROKEN = {
         pytest.param(BROKEN["broken gzip"], id="broken gzip"),
     ],
 )
-def test_a_response_that_breaks_off_is_the_providers_failure_not_unreachable(run, provider, reply):
+def test_a_response_that_breaks_off_is_connected_but_unread_not_unreachable(run, provider, reply):
+    # the SDK reads the body inside its own call: its HTTP library's error, named as such
     provider.script(reply, reply)
     result = run()
-    assert_clean_failure(result, 3, "[Provider] step 1: HTTP 200")
+    assert_clean_failure(result, 3, f"[SDK/网络] step 1: 连上了 127.0.0.1:{provider.port}，")
     first = result.err.splitlines()[0]
     assert "Error" in first  # the read error is named (RemoteProtocolError, DecodingError...)
     assert "连不上" not in result.err and len(provider.requests) == 1
@@ -1291,7 +1292,7 @@ def test_a_200_envelope_nested_to_the_parsers_limit_is_still_the_providers_failu
     for depth in range(deepest - 40, deepest + 10):
         body = ('{"x":' + "[" * depth + "]" * depth + "}").encode()
         with pytest.raises(lesson.AgentStop):
-            lesson.read_reply([body])
+            lesson.read_reply(body)
 
 
 # --- the self-check's fakes are what a provider sends ---------------------------------------
@@ -1311,7 +1312,7 @@ def attribute_paths(response):
 
 
 def through_the_gate(body):
-    return lesson.read_reply([json.dumps(body).encode()])
+    return lesson.read_reply(json.dumps(body).encode())
 
 
 def test_the_self_check_fakes_read_like_a_providers_reply():

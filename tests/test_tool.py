@@ -21,7 +21,7 @@ def call(arguments, name="multiply"):
     body = lesson.fake_response(
         "tool_calls", tool_calls=[lesson.fake_call("call_1", arguments, name)]
     )
-    (tool_call,) = lesson.read_reply([json.dumps(body).encode()]).choices[0].message.tool_calls
+    (tool_call,) = lesson.read_reply(json.dumps(body).encode()).choices[0].message.tool_calls
     return tool_call
 
 
