@@ -667,14 +667,16 @@ def make_client(config):
 
 
 def network_failure(cause, config):
-    """断在哪一跳（代理、TLS、远端的端点、本机的服务）和怎么修。看 HTTP 库的异常类型，和它当时正在
-    连的地址：连的不是端点，就是代理（走不走代理是它按环境变量定的，这里不重推）。代理答了 407、502
-    时没在连，说不出它的地址。"""
+    """断在哪一跳（代理、TLS、远端、本机服务）和怎么修：看 HTTP 库的异常类型和它正在连的地址，
+    不是端点就是代理（走不走代理由它按环境变量定，不重推；代理答了 407、502，地址取它读的那处）。"""
     url = urlsplit(config["OPENAI_BASE_URL"])
     endpoint = f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}"
     kinds, address = what_failed(cause)
     if "ProxyError" in kinds or address not in ("", endpoint):  # 代理没在运行、端口不对、不肯转发
-        what = f"代理 {address or 'HTTPS_PROXY、ALL_PROXY'} 没接通"
+        import urllib.request  # 只在这里用：自检、演示不必导入它
+
+        proxies = urllib.request.getproxies()
+        what = f"代理 {address or proxies.get(url.scheme) or proxies.get('all')} 没接通"
         hint = (
             "打开代理软件（Clash、V2Ray），核对端口（Clash Verge 默认 7897，老版本 7890）；407 要"
             "把用户名密码写进代理地址，502 就换节点；本机端点别经代理：NO_PROXY=127.0.0.1"
