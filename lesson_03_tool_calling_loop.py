@@ -613,8 +613,7 @@ CONCEPTS = [  # (这件事的中英文说法, 失败的一环, 建议)
     (r"api.{0,3}key|\btoken(?!s)|auth|credential|unauthorized|no connected db|令牌|密钥", PROVIDER,
      HINT_KEY),
     (r"upstream connect|connection error|no fallback|do request failed|deadline exceeded|上游",
-     PROVIDER,
-     HINT_UPSTREAM),
+     PROVIDER, HINT_UPSTREAM),
 ]
 STATUS_HINTS = {  # 各家含义一致的状态码
     401: HINT_KEY,
